@@ -1,0 +1,31 @@
+"""Batch-size controllers behind one interface (see base.Controller)."""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from dynamix_hvd.controllers.base import Controller
+from dynamix_hvd.plan import PlanBounds
+
+# name -> "module:Class"; modules are imported lazily so that e.g. the PPO controller's
+# stable-baselines3 import is only paid when it is used.
+REGISTRY: dict[str, str] = {
+    "static": "dynamix_hvd.controllers.static:StaticController",
+    "oracle": "dynamix_hvd.controllers.oracle:OracleController",
+    "proportional": "dynamix_hvd.controllers.proportional:ProportionalController",
+    "goodput": "dynamix_hvd.controllers.goodput:GoodputController",
+    "random": "dynamix_hvd.controllers.random_ctl:RandomController",
+    "ppo": "dynamix_hvd.controllers.ppo:PPOController",
+}
+
+
+def make_controller(name: str, bounds: PlanBounds, base_batch: int, **kwargs: Any) -> Controller:
+    """Build a controller by name; unknown names raise ValueError listing the known ones."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown controller {name!r}; choose one of {sorted(REGISTRY)}")
+    module_name, cls_name = REGISTRY[name].split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls(bounds, base_batch, **kwargs)
+
+
+__all__ = ["Controller", "REGISTRY", "make_controller"]

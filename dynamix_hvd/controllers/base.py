@@ -1,0 +1,38 @@
+"""One interface for every batch-size controller (static, oracle, proportional, goodput, ppo).
+
+A controller is called on rank 0 once per decision interval with the ClusterState and
+returns the proposed per-rank batch sizes (floats are fine). Bounds, quantisation and the
+deadband are applied afterwards by ``dynamix_hvd.plan.next_plan``, never by the controller.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Sequence
+
+from dynamix_hvd.plan import PlanBounds
+from dynamix_hvd.records import ClusterState
+
+
+class Controller(abc.ABC):
+    """Decides per-rank batch sizes. Implementations keep their own state; no globals."""
+
+    name: str = "base"
+
+    def __init__(self, bounds: PlanBounds, base_batch: int) -> None:
+        self.bounds = bounds
+        self.base_batch = int(base_batch)
+
+    @abc.abstractmethod
+    def decide(self, state: ClusterState) -> Sequence[float]:
+        """Return the proposed per-rank batch sizes for the next interval."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Controller state for checkpoints (JSON-serialisable)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+    def update_bounds(self, bounds: PlanBounds) -> None:
+        """Called when a rank's max batch is lowered (e.g. after an out-of-memory probe)."""
+        self.bounds = bounds
