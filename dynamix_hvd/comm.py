@@ -1,0 +1,61 @@
+"""The MPI layer: gather per-rank stats to rank 0 and broadcast the plan. Thin on purpose.
+
+Uses mpi4py on a duplicate of the communicator Horovod runs on (MPI_COMM_WORLD unless the
+user passed another), so dynamix messages never match Horovod's own. Fixed-size numpy
+buffers (Gather/Bcast, no pickling) keep one decision in the tens of microseconds.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dynamix_hvd.plan import Plan
+
+
+class Comm:
+    """Collectives dynamix needs, over a private duplicate of ``base`` (an mpi4py Comm)."""
+
+    def __init__(self, base: Any = None) -> None:
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = (base if base is not None else MPI.COMM_WORLD).Dup()
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray | None:
+        """Gather one float64 row per rank; (size, len(row)) on rank 0, None elsewhere."""
+        row = np.ascontiguousarray(row, dtype=np.float64)
+        out = np.empty((self.size, row.size), dtype=np.float64) if self.rank == 0 else None
+        self.comm.Gather(row, out, root=0)
+        return out
+
+    def bcast_plan(self, plan: Plan | None) -> Plan:
+        """Rank 0 passes the plan, the others None; every rank returns rank 0's plan."""
+        buf = np.empty(3 + self.size, dtype=np.int64)
+        if self.rank == 0:
+            assert plan is not None and plan.world_size == self.size
+            buf[:3] = (plan.version, plan.start_step, plan.world_size)
+            buf[3:] = plan.batch_sizes
+        self.comm.Bcast(buf, root=0)
+        return Plan(int(buf[0]), tuple(int(b) for b in buf[3:]), int(buf[1]))
+
+    def bcast_object(self, obj: Any) -> Any:
+        return self.comm.bcast(obj, root=0)
+
+    def allreduce_max(self, value: float) -> float:
+        return float(self.comm.allreduce(value, op=self._MPI.MAX))
+
+    def allreduce_min(self, value: float) -> float:
+        return float(self.comm.allreduce(value, op=self._MPI.MIN))
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, code: int = 1) -> None:
+        self.comm.Abort(code)
+
+    def free(self) -> None:
+        if self.comm != self._MPI.COMM_NULL:
+            self.comm.Free()

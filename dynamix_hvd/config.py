@@ -1,0 +1,169 @@
+"""One typed configuration, validated once before any rank trains.
+
+Sources, later wins: defaults < TOML file (``config_file=`` or ``DYNAMIX_CONFIG``) <
+keyword arguments < ``DYNAMIX_<FIELD>`` environment variables (so an operator can override a
+job from the launcher without editing the script). Every invalid value raises ConfigError
+naming the field, the value and what is allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from dynamix_hvd.lr import RULES as LR_RULES
+
+CONTROLLERS = ("static", "oracle", "proportional", "goodput", "random", "ppo")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names field, value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class DynamixConfig:
+    base_batch: int = 32                 # initial per-rank batch size
+    controller: str = "static"           # one of CONTROLLERS
+    interval_steps: int = 20             # optimizer steps between decisions
+    warmup_steps: int = 0                # no decision before this step
+    min_batch: int = 1                   # per-rank lower bound
+    max_batch: int | tuple[int, ...] = 1024  # per-rank upper bound (one value or one per rank)
+    quantum: int = 1                     # batch sizes are multiples of this where possible
+    deadband: float = 0.05               # ignore proposals moving no rank by more than this fraction
+    max_global_batch: int | None = None  # cap on B = sum of b_i
+    lr_rule: str = "none"                # none | linear | sqrt | adascale
+    base_global_batch: int | None = None  # B0 of the LR rule (default: base_batch * world size)
+    accumulation: int = 1                # gradient accumulation micro-batches per step
+    seed: int = 0                        # sampler permutation seed (same on all ranks)
+    shuffle: bool = True
+    gns: bool = True                     # estimate the gradient noise scale
+    gns_beta: float = 0.9                # EMA factor of the noise-scale estimator
+    collector: bool = True               # sample NIC/CPU/memory with the native collector
+    collector_period_ms: int = 100
+    run_dir: str | None = None           # events.jsonl (+ TensorBoard) written here by rank 0
+    checkpoint_every: int = 0            # steps between automatic checkpoints (0 = off)
+    controller_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------------------------
+    def validate(self, world_size: int | None = None) -> "DynamixConfig":
+        def need(cond: bool, name: str, allowed: str) -> None:
+            if not cond:
+                raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: {allowed}")
+
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        need(is_int(self.base_batch) and self.base_batch >= 1, "base_batch", "an integer >= 1")
+        need(self.controller in CONTROLLERS, "controller", f"one of {CONTROLLERS}")
+        need(is_int(self.interval_steps) and self.interval_steps >= 1, "interval_steps", "an integer >= 1")
+        need(is_int(self.warmup_steps) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
+        need(is_int(self.min_batch) and self.min_batch >= 1, "min_batch", "an integer >= 1")
+        caps = self.max_batch if isinstance(self.max_batch, tuple) else (self.max_batch,)
+        need(all(is_int(c) and c >= self.min_batch for c in caps) and len(caps) >= 1, "max_batch",
+             f"an integer >= min_batch={self.min_batch}, or one such integer per rank")
+        if world_size is not None and isinstance(self.max_batch, tuple):
+            need(len(self.max_batch) == world_size, "max_batch", f"{world_size} values, one per rank")
+        need(self.base_batch <= max(caps), "base_batch", f"an integer <= max_batch={max(caps)}")
+        need(is_int(self.quantum) and self.quantum >= 1, "quantum", "an integer >= 1")
+        need(isinstance(self.deadband, (int, float)) and 0 <= self.deadband < 1, "deadband", "a number in [0, 1)")
+        need(self.max_global_batch is None or (is_int(self.max_global_batch) and self.max_global_batch >= 1),
+             "max_global_batch", "None or an integer >= 1")
+        need(self.lr_rule in LR_RULES, "lr_rule", f"one of {LR_RULES}")
+        need(self.base_global_batch is None or (is_int(self.base_global_batch) and self.base_global_batch >= 1),
+             "base_global_batch", "None or an integer >= 1")
+        need(is_int(self.accumulation) and self.accumulation >= 1, "accumulation", "an integer >= 1")
+        need(is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
+        need(isinstance(self.shuffle, bool), "shuffle", "true or false")
+        need(isinstance(self.gns, bool), "gns", "true or false")
+        need(isinstance(self.gns_beta, (int, float)) and 0 <= self.gns_beta < 1, "gns_beta", "a number in [0, 1)")
+        need(isinstance(self.collector, bool), "collector", "true or false")
+        need(is_int(self.collector_period_ms) and self.collector_period_ms >= 1, "collector_period_ms",
+             "an integer >= 1 (milliseconds)")
+        need(self.run_dir is None or isinstance(self.run_dir, str), "run_dir", "None or a directory path")
+        need(is_int(self.checkpoint_every) and self.checkpoint_every >= 0, "checkpoint_every", "an integer >= 0")
+        need(isinstance(self.controller_kwargs, Mapping), "controller_kwargs", "a table / dict")
+        return self
+
+    def max_batch_for(self, world_size: int) -> tuple[int, ...]:
+        if isinstance(self.max_batch, tuple):
+            return self.max_batch
+        return (self.max_batch,) * world_size
+
+    # ------------------------------------------------------------------------------------
+    @staticmethod
+    def load(config_file: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+             **kwargs: Any) -> "DynamixConfig":
+        """defaults < TOML file < kwargs < DYNAMIX_* environment; validated."""
+        env = os.environ if env is None else env
+        names = {f.name for f in fields(DynamixConfig)}
+        values: dict[str, Any] = {}
+        path = config_file or env.get("DYNAMIX_CONFIG")
+        if path:
+            values.update(_from_toml(Path(path), names))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise ConfigError(f"unknown configuration field {k!r}; known fields: {sorted(names)}")
+            values[k] = v
+        values.update(_from_env(env, names))
+        if isinstance(values.get("max_batch"), list):
+            values["max_batch"] = tuple(values["max_batch"])
+        return DynamixConfig(**values).validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["controller_kwargs"] = dict(self.controller_kwargs)
+        return d
+
+
+def _from_toml(path: Path, names: set[str]) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from exc
+    data = data.get("dynamix", data)
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"config file {str(path)!r}: unknown field(s) {unknown}; known fields: {sorted(names)}")
+    return dict(data)
+
+
+def _parse_env_value(name: str, raw: str, default: Any) -> Any:
+    raw = raw.strip()
+    try:
+        if name == "max_batch":
+            parts = [int(p) for p in raw.split(",")]
+            return parts[0] if len(parts) == 1 else tuple(parts)
+        if isinstance(default, bool):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true/false")
+        if name in ("max_global_batch", "base_global_batch", "run_dir") and raw.lower() in ("", "none"):
+            return None
+        if isinstance(default, int) or name in ("max_global_batch", "base_global_batch"):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if name == "controller_kwargs":
+            return dict(tomllib.loads(raw))
+        return raw
+    except ValueError as exc:
+        raise ConfigError(f"environment variable DYNAMIX_{name.upper()}={raw!r} is invalid: {exc}") from exc
+
+
+def _from_env(env: Mapping[str, str], names: set[str]) -> dict[str, Any]:
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else {}) for f in fields(DynamixConfig)}
+    out = {}
+    for key, raw in env.items():
+        if not key.startswith("DYNAMIX_") or key == "DYNAMIX_CONFIG":
+            continue
+        name = key[len("DYNAMIX_"):].lower()
+        if name in names:
+            out[name] = _parse_env_value(name, raw, defaults[name])
+    return out

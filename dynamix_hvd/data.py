@@ -1,0 +1,219 @@
+"""Exact-once data partitioning for uneven, changing per-rank batch sizes.
+
+One *step* is one optimizer step. At a step under plan ``b`` (per-rank sizes, global
+``B = sum(b)``) with ``k`` gradient-accumulation micro-batches per step, the next ``k*B``
+indices of the epoch's permutation are taken; rank ``i`` gets the ``k*b_i`` that start at
+``k*offset_i`` and splits them into ``k`` micro-batches. Every rank runs the same pure
+function over the same plan log, so all ranks agree on every step's sizes and take the
+same number of steps per epoch, whatever the plans.
+
+Tail rule: when fewer than ``k*B + world*k`` indices remain, the step takes *all* of them
+and splits them in proportion to ``b`` with at least one sample per rank and micro-batch
+(so no rank ever gets an empty batch, as long as the dataset has >= world*k samples).
+
+Nothing here talks to MPI or torch; ``DynamixBatchSampler`` at the bottom adapts it to a
+``torch.utils.data.DataLoader``.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from dynamix_hvd.plan import Plan
+
+
+class SamplerError(ValueError):
+    """Invalid sampler configuration or state."""
+
+
+@dataclass(frozen=True)
+class StepSlice:
+    """One optimizer step, seen by every rank identically."""
+
+    step: int                    # global optimizer-step counter (across epochs)
+    epoch: int
+    start: int                   # cursor into the epoch's permutation before this step
+    sizes: tuple[int, ...]       # samples per rank in this step (sum = total)
+    plan_version: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.total
+
+
+def proportional_split(total: int, weights: Sequence[int], minimum: int) -> tuple[int, ...]:
+    """Split ``total`` over ranks in proportion to ``weights`` with ``minimum`` each,
+    largest-remainder rounding; sums exactly to ``total`` (requires total >= n*minimum)."""
+    n = len(weights)
+    if total < n * minimum:
+        # tiny dataset: give one sample to as many ranks as possible, in weight order
+        order = sorted(range(n), key=lambda i: -weights[i])
+        out = [0] * n
+        for j in range(total):
+            out[order[j % n]] += 1
+        return tuple(out)
+    w = np.asarray(weights, dtype=float)
+    if w.sum() <= 0:
+        w = np.ones(n)
+    rest = total - n * minimum
+    exact = rest * w / w.sum()
+    base = np.floor(exact).astype(int)
+    left = rest - int(base.sum())
+    order = np.argsort(-(exact - base), kind="stable")
+    base[order[:left]] += 1
+    return tuple(int(minimum + b) for b in base)
+
+
+def step_sizes(remaining: int, plan: Plan, accumulation: int = 1) -> tuple[int, ...]:
+    """Per-rank sample counts for the next step given ``remaining`` indices in the epoch."""
+    k = accumulation
+    full = k * plan.global_batch
+    floor_ = plan.world_size * k
+    if remaining - full >= floor_:
+        return tuple(k * b for b in plan.batch_sizes)
+    return proportional_split(remaining, plan.batch_sizes, k)
+
+
+def micro_batches(indices: np.ndarray, accumulation: int) -> list[np.ndarray]:
+    """Split one rank's step indices into ``accumulation`` near-equal micro-batches."""
+    return [np.asarray(a) for a in np.array_split(indices, accumulation)]
+
+
+class PlanLog:
+    """Plans by the step they take effect at; ``at(step)`` is the plan in force."""
+
+    def __init__(self, first: Plan) -> None:
+        self._plans: list[Plan] = [first]
+
+    def add(self, plan: Plan) -> None:
+        last = self._plans[-1]
+        if plan.version <= last.version:
+            raise SamplerError(f"plan version {plan.version} is not newer than {last.version}")
+        if plan.start_step < last.start_step:
+            raise SamplerError(f"plan start_step {plan.start_step} precedes {last.start_step}")
+        if plan.world_size != last.world_size:
+            raise SamplerError(f"plan for {plan.world_size} ranks in a world of {last.world_size}")
+        self._plans.append(plan)
+
+    def at(self, step: int) -> Plan:
+        starts = [p.start_step for p in self._plans]
+        i = bisect.bisect_right(starts, step) - 1
+        return self._plans[max(i, 0)]
+
+    @property
+    def latest(self) -> Plan:
+        return self._plans[-1]
+
+    def prune(self, before_step: int) -> None:
+        """Drop plans fully superseded before ``before_step`` (keeps memory bounded)."""
+        while len(self._plans) > 1 and self._plans[1].start_step <= before_step:
+            self._plans.pop(0)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [p.to_dict() for p in self._plans]
+
+    @staticmethod
+    def from_list(items: Sequence[dict[str, Any]]) -> "PlanLog":
+        if not items:
+            raise SamplerError("plan log is empty")
+        log = PlanLog(Plan.from_dict(items[0]))
+        for d in items[1:]:
+            log.add(Plan.from_dict(d))
+        return log
+
+
+class ExactOnceSampler:
+    """Walks epochs of a dataset in steps of the current plan; pure and deterministic.
+
+    ``next_step()`` returns the next StepSlice and advances; ``indices(slice, rank)`` gives a
+    rank's indices for it. Position = (epoch, cursor, step)."""
+
+    def __init__(self, dataset_size: int, plan: Plan, *, seed: int = 0, shuffle: bool = True,
+                 accumulation: int = 1) -> None:
+        if dataset_size < 1:
+            raise SamplerError(f"dataset_size={dataset_size}: must be >= 1")
+        if accumulation < 1:
+            raise SamplerError(f"accumulation={accumulation}: must be >= 1")
+        self.dataset_size = int(dataset_size)
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.accumulation = int(accumulation)
+        self.plans = PlanLog(plan)
+        self.epoch = 0
+        self.cursor = 0
+        self.step = 0
+        self._perm_epoch = -1
+        self._perm = np.arange(0)
+
+    # -- index maths ---------------------------------------------------------------------
+    def permutation(self, epoch: int) -> np.ndarray:
+        if epoch != self._perm_epoch:
+            if self.shuffle:
+                rng = np.random.default_rng([self.seed, epoch])
+                self._perm = rng.permutation(self.dataset_size)
+            else:
+                self._perm = np.arange(self.dataset_size)
+            self._perm_epoch = epoch
+        return self._perm
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning unless we are already inside it."""
+        if epoch != self.epoch:
+            self.epoch = int(epoch)
+            self.cursor = 0
+
+    def epoch_done(self) -> bool:
+        return self.cursor >= self.dataset_size
+
+    def next_step(self) -> StepSlice:
+        if self.epoch_done():
+            raise StopIteration
+        plan = self.plans.at(self.step)
+        sizes = step_sizes(self.dataset_size - self.cursor, plan, self.accumulation)
+        sl = StepSlice(self.step, self.epoch, self.cursor, sizes, plan.version)
+        self.cursor += sl.total
+        self.step += 1
+        return sl
+
+    def indices(self, sl: StepSlice, rank: int) -> np.ndarray:
+        perm = self.permutation(sl.epoch)
+        lo = sl.start + sum(sl.sizes[:rank])
+        return perm[lo: lo + sl.sizes[rank]]
+
+    def rank_micro_batches(self, sl: StepSlice, rank: int) -> list[np.ndarray]:
+        return micro_batches(self.indices(sl, rank), self.accumulation)
+
+    def iter_epoch(self, epoch: int) -> Iterator[StepSlice]:
+        """Step slices for the rest of ``epoch`` (resumes mid-epoch after load_state_dict)."""
+        self.set_epoch(epoch)
+        while not self.epoch_done():
+            yield self.next_step()
+        # leave the position at the start of the next epoch
+        self.epoch = epoch + 1
+        self.cursor = 0
+
+    # -- checkpoint ------------------------------------------------------------------------
+    def position(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "cursor": self.cursor, "step": self.step}
+
+    def state_dict(self, position: dict[str, int] | None = None) -> dict[str, Any]:
+        pos = position if position is not None else self.position()
+        return {"dataset_size": self.dataset_size, "seed": self.seed, "shuffle": self.shuffle,
+                "accumulation": self.accumulation, "plans": self.plans.to_list(), **pos}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("dataset_size", "seed", "shuffle", "accumulation"):
+            if state[key] != getattr(self, key):
+                raise SamplerError(
+                    f"checkpoint sampler {key}={state[key]!r} differs from this job's {getattr(self, key)!r}")
+        self.plans = PlanLog.from_list(state["plans"])
+        self.epoch, self.cursor, self.step = int(state["epoch"]), int(state["cursor"]), int(state["step"])
+        if not 0 <= self.cursor <= self.dataset_size:
+            raise SamplerError(f"checkpoint cursor={self.cursor} outside [0, {self.dataset_size}]")

@@ -1,0 +1,490 @@
+"""The hook a user adds to a Horovod PyTorch script.
+
+    hvd.init()
+    dyn = Dynamix(model, optimizer, dataset_size=len(train_set), base_batch=32, controller="proportional")
+    for epoch in range(epochs):
+        for idx in dyn.batches(epoch):                     # this rank's b_i sample indices
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            dyn.optimizer.zero_grad(); dyn.backward(loss); dyn.optimizer.step()
+            dyn.step(loss)
+
+Per step:  measure (timings, |g_i|^2)  ->  every ``interval_steps``: gather to rank 0 ->
+controller decides -> ``next_plan`` (bounds, quantum, deadband) -> broadcast -> all ranks
+apply the plan from the same future step (sampler slices, loss weight n_i/T, LR rule).
+
+Why the loss weight: Horovod sums gradients (``op=hvd.Sum``); rank i's loss is its mean over
+n_i samples, multiplied by n_i/T where T is the step's total over all ranks, so the summed
+gradient is exactly the mean gradient over all T samples, the one big batch's update.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+
+from dynamix_hvd import checkpoint as ckpt
+from dynamix_hvd.comm import Comm
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.controllers import Controller, make_controller
+from dynamix_hvd.data import ExactOnceSampler, StepSlice
+from dynamix_hvd.errors import DynamixError
+from dynamix_hvd.lr import LRScaler, lr_factor
+from dynamix_hvd.plan import Plan, PlanBounds, next_plan
+from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
+from dynamix_hvd.stats import NoiseScaleEstimator, Trend
+
+N_EXTRA = 2  # per-rank GNS sums appended to the WorkerStats row
+
+
+def _is_horovod_distributed(optimizer: Any) -> bool:
+    return hasattr(optimizer, "_allreduce_delay") and hasattr(optimizer, "synchronize")
+
+
+@dataclasses.dataclass
+class _Interval:
+    """Per-rank accumulators for one decision interval (reset after each decision)."""
+
+    steps: int = 0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    step_s: float = 0.0
+    loss: float = 0.0
+    loss_n: int = 0
+    gns_a: float = 0.0   # sum_t T_t c_i,t / (N-1)
+    gns_a2: float = 0.0  # sum_t c_i,t / (N-1)
+    g_s: float = 0.0     # rank 0: sum_t T_t |G_t|^2 / (N-1)
+    g_sum: float = 0.0   # rank 0: sum_t |G_t|^2
+    g_inv: float = 0.0   # rank 0: sum_t |G_t|^2 / (N-1)
+    gns_steps: int = 0
+    samples: int = 0
+    t0: float = dataclasses.field(default_factory=time.perf_counter)
+
+
+class Dynamix:
+    """Dynamic per-rank batch sizes for a Horovod PyTorch job. Create after ``hvd.init()``."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, dataset_size: int,
+                 config: DynamixConfig | None = None, *, controller: Controller | None = None,
+                 emulator: Any = None, comm: Any = None, named_parameters: Iterable | None = None,
+                 compression: Any = None, broadcast_initial_state: bool = True,
+                 metrics_fn: Callable[[WorkerStats], None] | None = None, **config_kwargs: Any) -> None:
+        import horovod.torch as hvd
+
+        if not hvd.is_initialized():
+            raise DynamixError("call hvd.init() before creating Dynamix(...)")
+        self.hvd = hvd
+        if config is None:
+            config = DynamixConfig.load(**config_kwargs)
+        elif config_kwargs:
+            config = dataclasses.replace(config, **config_kwargs)
+        self.comm = Comm(comm)
+        self.rank, self.world = self.comm.rank, self.comm.size
+        if self.world != hvd.size():
+            raise DynamixError(f"the MPI communicator has {self.world} ranks but Horovod has {hvd.size()}; "
+                               "pass comm= the communicator given to hvd.init(comm=...)")
+        self.config = config.validate(self.world)
+        cfg = self.config
+        self.model = model
+        self.emulator = emulator
+        self.metrics_fn = metrics_fn
+
+        # -- optimizer: Horovod, summing -------------------------------------------------
+        if _is_horovod_distributed(optimizer):
+            if getattr(optimizer, "op", None) != hvd.Sum:
+                raise DynamixError(
+                    "the optimizer was wrapped with hvd.DistributedOptimizer(op=Average) (or Adasum); dynamix "
+                    "weights each rank's loss by n_i/T and needs op=hvd.Sum. Pass the plain optimizer and "
+                    "dynamix wraps it, or wrap it with op=hvd.Sum.")
+            if optimizer.backward_passes_per_step != cfg.accumulation:
+                raise DynamixError(
+                    f"optimizer backward_passes_per_step={optimizer.backward_passes_per_step} but "
+                    f"config accumulation={cfg.accumulation}; they must match")
+            self.optimizer = optimizer
+        else:
+            self.optimizer = hvd.DistributedOptimizer(
+                optimizer, named_parameters=list(named_parameters or model.named_parameters()),
+                compression=compression or hvd.Compression.none, op=hvd.Sum,
+                backward_passes_per_step=cfg.accumulation)
+        if broadcast_initial_state:
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+
+        # -- plan, sampler, controller ---------------------------------------------------
+        first = Plan.uniform(self.world, cfg.base_batch)
+        self.bounds = PlanBounds(max_batch=cfg.max_batch_for(self.world), min_batch=cfg.min_batch,
+                                 quantum=cfg.quantum, max_global_batch=cfg.max_global_batch,
+                                 deadband=cfg.deadband)
+        self.sampler = ExactOnceSampler(dataset_size, first, seed=cfg.seed, shuffle=cfg.shuffle,
+                                        accumulation=cfg.accumulation)
+        self.controller: Controller | None = None
+        if self.rank == 0:
+            self.controller = controller or make_controller(cfg.controller, self.bounds, cfg.base_batch,
+                                                            **dict(cfg.controller_kwargs))
+        self.base_global_batch = cfg.base_global_batch or cfg.base_batch * self.world
+        self.lr = LRScaler(cfg.lr_rule)
+        self.noise = NoiseScaleEstimator(beta=cfg.gns_beta)
+        self.loss_trend = Trend()
+        self.var_trend = Trend()
+        self.lag_steps = 0          # steps a DataLoader generates ahead (agreed by all ranks)
+
+        # -- per-step state --------------------------------------------------------------
+        self._pending: collections.deque[tuple[StepSlice, int, int]] = collections.deque()
+        self._current: tuple[StepSlice, int, int] | None = None   # (slice, micro index, n samples)
+        self._consumed = self.sampler.position()
+        self._t_batch = time.perf_counter()
+        self._t_backward_end = self._t_batch
+        self._t_last_step = self._t_batch
+        self._compute_acc = 0.0
+        self._interval = _Interval()
+        self._local_sq: list[torch.Tensor] = []
+        self._capture = False
+        self._last_action: np.ndarray | None = None
+        self._t_start = time.perf_counter()
+        self._events = None
+        if self.rank == 0 and cfg.run_dir:
+            Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+            self._events = open(Path(cfg.run_dir) / "events.jsonl", "a", buffering=1)  # noqa: SIM115
+        if cfg.gns:
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.register_hook(self._make_grad_hook(p))
+
+    # =====================================================================================
+    # properties
+    @property
+    def plan(self) -> Plan:
+        """The plan in force for the next step to be trained."""
+        return self.sampler.plans.at(self._consumed["step"])
+
+    @property
+    def step_count(self) -> int:
+        return self._consumed["step"]
+
+    @property
+    def epoch(self) -> int:
+        return self._consumed["epoch"]
+
+    @property
+    def local_batch(self) -> int:
+        return self._current[2] if self._current else self.plan.batch_sizes[self.rank]
+
+    @property
+    def current_slice(self) -> StepSlice | None:
+        """The step being trained (sizes of every rank, position in the epoch), or None."""
+        return self._current[0] if self._current else None
+
+    def step_indices(self, sl: StepSlice | None = None) -> np.ndarray:
+        """All ranks' sample indices of a step (default: the current one), in rank order."""
+        sl = sl or self.current_slice
+        if sl is None:
+            raise DynamixError("no current step")
+        return self.sampler.permutation(sl.epoch)[sl.start:sl.end]
+
+    @property
+    def noise_scale(self) -> float:
+        return self.noise.noise_scale
+
+    # =====================================================================================
+    # data
+    def _generate(self, epoch: int) -> Iterator[np.ndarray]:
+        """Micro-batches of this rank for the rest of ``epoch``; records what was generated."""
+        for sl in self.sampler.iter_epoch(epoch):
+            for j, mb in enumerate(self.sampler.rank_micro_batches(sl, self.rank)):
+                self._pending.append((sl, j, len(mb)))
+                yield mb
+
+    def batches(self, epoch: int) -> Iterator[np.ndarray]:
+        """This rank's sample indices, one array per micro-batch, for (the rest of) ``epoch``."""
+        self._check_epoch(epoch)
+        for mb in self._generate(epoch):
+            self._begin_micro()
+            yield mb
+
+    def loader(self, dataset: Any, epoch: int, **dataloader_kwargs: Any) -> Iterator[Any]:
+        """A torch DataLoader over ``dataset`` with this rank's batches. Worker processes are
+        fine: the batch sampler runs ``num_workers * prefetch_factor`` micro-batches ahead, so
+        plans take effect that many steps later (all ranks must use the same settings)."""
+        from torch.utils.data import DataLoader
+
+        self._check_epoch(epoch)
+        for bad in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
+            if bad in dataloader_kwargs:
+                raise DynamixError(f"loader(): {bad}= is set by dynamix; remove it")
+        workers = int(dataloader_kwargs.get("num_workers", 0))
+        prefetch = int(dataloader_kwargs.get("prefetch_factor") or 2) if workers > 0 else 0
+        ahead = workers * prefetch
+        lag = math.ceil(ahead / self.config.accumulation) + (1 if ahead else 0)
+        lo, hi = self.comm.allreduce_min(lag), self.comm.allreduce_max(lag)
+        if lo != hi:
+            raise DynamixError(f"ranks use different DataLoader prefetch depths (lag {lo}..{hi} steps); "
+                               "use the same num_workers and prefetch_factor on every rank")
+        self.lag_steps = int(hi)
+        dl = DataLoader(dataset, batch_sampler=_BatchSampler(self, epoch), **dataloader_kwargs)
+        for batch in dl:
+            self._begin_micro()
+            yield batch
+
+    def _check_epoch(self, epoch: int) -> None:
+        if self._pending:
+            raise DynamixError("a previous epoch's iterator was not consumed to the end")
+        if epoch < self._consumed["epoch"]:
+            raise DynamixError(f"epoch {epoch} is before the resumed position (epoch {self._consumed['epoch']})")
+
+    def _begin_micro(self) -> None:
+        self._current = self._pending.popleft()
+        sl, j, _ = self._current
+        if j == 0:
+            self._t_batch = time.perf_counter()
+            self._compute_acc = 0.0
+        self._capture = self.config.gns and j == self.config.accumulation - 1 and self._is_full(sl)
+
+    def _is_full(self, sl: StepSlice) -> bool:
+        plan = self.sampler.plans.at(sl.step)
+        return sl.sizes == tuple(self.config.accumulation * b for b in plan.batch_sizes)
+
+    # =====================================================================================
+    # backward / step
+    def loss_weight(self) -> float:
+        """n_i / T for the current micro-batch."""
+        if self._current is None:
+            raise DynamixError("backward() called before taking a batch from batches()/loader()")
+        sl, _, n = self._current
+        return n / sl.total
+
+    def backward(self, loss: torch.Tensor | None) -> None:
+        """(loss * n_i/T).backward(). Pass None for an empty micro-batch (tiny datasets only)."""
+        w = self.loss_weight()
+        if self.emulator is not None:
+            self.emulator.before_backward(self._current[2], time.perf_counter() - self._t_batch)
+        if loss is None or self._current[2] == 0:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            (sum(p.sum() for p in params) * 0.0).backward()
+        else:
+            (loss * w).backward()
+        self._t_backward_end = time.perf_counter()
+
+    def _make_grad_hook(self, p: torch.nn.Parameter) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            # runs before the gradient is accumulated into p.grad, i.e. before Horovod's
+            # accumulator hook starts the in-place allreduce: the local gradient is intact.
+            if self._capture:
+                local = grad if p.grad is None else grad + p.grad
+                self._local_sq.append(local.detach().float().pow(2).sum())
+        return hook
+
+    def step(self, loss: torch.Tensor | float | None = None) -> Plan:
+        """Call after ``optimizer.step()``. Records timings and statistics; every
+        ``interval_steps`` steps takes a decision (collective: all ranks call it)."""
+        if self._current is None:
+            raise DynamixError("step() called without a batch")
+        sl, j, _ = self._current
+        if j != self.config.accumulation - 1:
+            raise DynamixError(f"step() after micro-batch {j + 1} of {self.config.accumulation}: "
+                               "call it once per optimizer step, after the last micro-batch")
+        now = time.perf_counter()
+        iv = self._interval
+        full = self._is_full(sl)
+        if full:
+            iv.steps += 1
+            iv.compute_s += self._t_backward_end - self._t_batch
+            iv.comm_s += now - self._t_backward_end
+            iv.step_s += now - self._t_last_step
+        iv.samples += sl.total
+        if loss is not None:
+            iv.loss += float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
+            iv.loss_n += 1
+        if self._capture and self._local_sq:
+            self._accumulate_gns(sl)
+        self._local_sq.clear()
+        self._capture = False
+        self._t_last_step = now
+
+        # advance the consumed position
+        epoch_end = sl.end >= self.sampler.dataset_size
+        self._consumed = {"epoch": sl.epoch + (1 if epoch_end else 0), "cursor": 0 if epoch_end else sl.end,
+                          "step": sl.step + 1}
+        self._current = None
+        before = self.sampler.plans.at(sl.step)
+        if (sl.step + 1) % self.config.interval_steps == 0 and sl.step + 1 >= self.config.warmup_steps:
+            self._decide(sl.step)
+        after = self.sampler.plans.at(sl.step + 1)
+        if after is not before or self.config.lr_rule == "adascale":
+            self._apply_lr(after)
+        if self.config.checkpoint_every and (sl.step + 1) % self.config.checkpoint_every == 0 and self.config.run_dir:
+            self.save(Path(self.config.run_dir) / "checkpoint.pt")
+        return after
+
+    def _accumulate_gns(self, sl: StepSlice) -> None:
+        n_ranks = sum(1 for s in sl.sizes if s > 0)
+        if n_ranks < 2:
+            return
+        T, n_i = sl.total, sl.sizes[self.rank]
+        sq = float(torch.stack(self._local_sq).sum())
+        c = (T / n_i) * sq                     # (n_i/T) |g_i|^2 with g_i = local_acc * T / n_i
+        iv = self._interval
+        iv.gns_a += T * c / (n_ranks - 1)
+        iv.gns_a2 += c / (n_ranks - 1)
+        if self.rank == 0:
+            g = float(sum(p.grad.detach().float().pow(2).sum() for p in self.model.parameters()
+                          if p.grad is not None))
+            iv.g_s += T * g / (n_ranks - 1)
+            iv.g_sum += g
+            iv.g_inv += g / (n_ranks - 1)
+            iv.gns_steps += 1
+
+    def _apply_lr(self, plan: Plan) -> None:
+        f = lr_factor(self.config.lr_rule, plan.global_batch, self.base_global_batch,
+                      self.noise.s_ema, self.noise.g2_ema)
+        self.lr.apply(self.optimizer, f)
+
+    # =====================================================================================
+    # decision
+    def _worker_row(self, step: int) -> np.ndarray:
+        iv = self._interval
+        steps = max(iv.steps, 1)
+        plan = self.sampler.plans.at(step)
+        ws = WorkerStats(
+            rank=self.rank, batch_size=plan.batch_sizes[self.rank], max_batch=self.bounds.max_batch[self.rank],
+            steps=iv.steps,
+            compute_s=iv.compute_s / steps / self.config.accumulation if iv.steps else float("nan"),
+            step_s=iv.step_s / steps if iv.steps else float("nan"),
+            comm_s=iv.comm_s / steps if iv.steps else float("nan"),
+            loss=iv.loss / iv.loss_n if iv.loss_n else float("nan"),
+        )
+        if self.metrics_fn is not None:
+            self.metrics_fn(ws)
+        return np.concatenate([ws.to_array(), [iv.gns_a, iv.gns_a2]])
+
+    def _decide(self, step: int) -> None:
+        rows = self.comm.gather_rows(self._worker_row(step))
+        proposal: Plan | None = None
+        record: dict[str, Any] = {}
+        if self.rank == 0:
+            assert rows is not None and self.controller is not None
+            workers = [WorkerStats.from_array(r[:-N_EXTRA]) for r in rows]
+            glob = self._global_stats(step, rows[:, -N_EXTRA:])
+            state = ClusterState(plan=self.sampler.plans.latest, workers=workers, glob=glob, last_action=self._last_action)
+            t0 = time.perf_counter()
+            proposed = self.controller.decide(state)
+            start = step + 1 + self.lag_steps
+            proposal = next_plan(self.sampler.plans.latest, proposed, self.bounds, start)
+            record = {"t": time.perf_counter() - self._t_start, "step": step + 1, "controller": self.controller.name,
+                      "decide_ms": 1e3 * (time.perf_counter() - t0), "plan": list(self.plan.batch_sizes),
+                      "proposed": [float(x) for x in proposed], "next_plan": proposal.to_dict(),
+                      "glob": dataclasses.asdict(glob), "workers": [dataclasses.asdict(w) for w in workers]}
+        plan = self.comm.bcast_plan(proposal)
+        if plan.version != self.sampler.plans.latest.version:
+            self.sampler.plans.add(plan)
+            if self.controller is not None:
+                self._last_action = np.asarray(plan.batch_sizes, dtype=float) - np.asarray(
+                    self.sampler.plans.at(step).batch_sizes, dtype=float)
+        self.sampler.plans.prune(step)
+        if self._events is not None:
+            self._events.write(json.dumps(record, default=_json_default) + "\n")
+        self._interval = _Interval()
+
+    def _global_stats(self, step: int, extra: np.ndarray) -> GlobalStats:
+        iv = self._interval
+        if iv.gns_steps:
+            s_sum = float(extra[:, 0].sum()) - iv.g_s
+            g2_sum = iv.g_sum - (float(extra[:, 1].sum()) - iv.g_inv)
+            self.noise.update(s_sum / iv.gns_steps, g2_sum / iv.gns_steps)
+        loss = iv.loss / iv.loss_n if iv.loss_n else float("nan")
+        elapsed = time.perf_counter() - iv.t0
+        return GlobalStats(step=step + 1, noise_scale=self.noise.noise_scale, loss=loss,
+                           loss_trend=self.loss_trend.update(loss),
+                           grad_var_trend=self.var_trend.update(self.noise.grad_variance),
+                           samples_per_s=iv.samples / elapsed if elapsed > 0 else float("nan"))
+
+    # =====================================================================================
+    # checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": 1, "world_size": self.world, "config": self.config.to_dict(),
+            "sampler": self.sampler.state_dict(self._consumed),
+            "noise": self.noise.state_dict(), "loss_trend": self.loss_trend.state_dict(),
+            "var_trend": self.var_trend.state_dict(), "lr_factor": self.lr.factor,
+            "max_batch": list(self.bounds.max_batch),
+            "controller": self.controller.state_dict() if self.controller is not None else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("world_size") != self.world:
+            raise DynamixError(f"checkpoint was written by {state.get('world_size')} ranks; this job has "
+                               f"{self.world} (resize through the elastic path instead)")
+        self.sampler.load_state_dict(state["sampler"])
+        self._consumed = {k: int(state["sampler"][k]) for k in ("epoch", "cursor", "step")}
+        self.noise.load_state_dict(state["noise"])
+        self.loss_trend.load_state_dict(state["loss_trend"])
+        self.var_trend.load_state_dict(state["var_trend"])
+        self.lr.factor = float(state["lr_factor"])
+        self.bounds = dataclasses.replace(self.bounds, max_batch=tuple(state["max_batch"]))
+        if self.controller is not None and state.get("controller") is not None:
+            self.controller.update_bounds(self.bounds)
+            self.controller.load_state_dict(state["controller"])
+        self._pending.clear()
+        self._current = None
+        self._interval = _Interval()
+
+    def save(self, path: str | os.PathLike[str], **extra: Any) -> None:
+        """Rank 0 writes model, optimizer and dynamix state atomically; collective (barrier)."""
+        if self._current is not None:
+            raise DynamixError("save() in the middle of a step: call it after dyn.step()")
+        if self.rank == 0:
+            payload = {"dynamix": self.state_dict(), "model": self.model.state_dict(),
+                       "optimizer": self.optimizer.state_dict(), **extra}
+            ckpt.save(path, payload)
+        self.comm.barrier()
+
+    def load(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Rank 0 reads the checkpoint and broadcasts it; every rank restores model,
+        optimizer and dynamix state. Returns the payload (for the user's extra entries)."""
+        payload: Any = None
+        err = None
+        if self.rank == 0:
+            try:
+                payload = ckpt.load(path)
+            except ckpt.CheckpointError as exc:
+                err = str(exc)
+        err = self.comm.bcast_object(err)
+        if err:
+            raise ckpt.CheckpointError(err)
+        payload = self.comm.bcast_object(payload)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.load_state_dict(payload["dynamix"])
+        return payload
+
+    def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        self.comm.free()
+
+
+class _BatchSampler:
+    """Adapts Dynamix's generator to DataLoader's ``batch_sampler`` protocol."""
+
+    def __init__(self, dyn: Dynamix, epoch: int) -> None:
+        self.dyn, self.epoch = dyn, epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for mb in self.dyn._generate(self.epoch):
+            yield mb.tolist()
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+

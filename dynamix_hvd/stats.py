@@ -1,0 +1,109 @@
+"""Statistical-efficiency indicators: gradient noise scale for unequal per-rank batches,
+loss trend and gradient-variance trend. Pure numpy; the hook feeds it per-interval sums.
+
+Gradient noise scale (McCandlish et al. 2018, appendix A), generalised to unequal b_i.
+With per-sample gradient covariance Sigma, S = tr(Sigma) and G2 = |E g|^2, the mean gradient
+over b samples satisfies E|g_b|^2 = G2 + S/b. Each step gives
+  * the local mean gradients g_i of the N ranks with b_i > 0 (squared norms captured before
+    Horovod's in-place allreduce), and
+  * the global mean gradient G = sum_i (b_i/B) g_i over B = sum_i b_i.
+Let A = sum_i (b_i/B) |g_i|^2. Then E[A] = G2 + N S / B and E|G|^2 = G2 + S / B, so
+    S_hat  = B (A - |G|^2) / (N - 1)
+    G2_hat = |G|^2 - S_hat / B
+are unbiased (N >= 2). With equal b_i this is exactly McCandlish's two-batch-size estimator
+with B_small = b, B_big = B. Numerator and denominator are smoothed separately (EMA) and the
+noise scale is B_simple = S_ema / G2_ema, in samples.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+NAN = float("nan")
+
+
+def gns_step_estimates(weighted_local_sq: float, global_sq: float, global_batch: int,
+                       n_ranks: int) -> tuple[float, float]:
+    """(S_hat, G2_hat) from one step: weighted_local_sq = sum_i (b_i/B)|g_i|^2."""
+    if n_ranks < 2 or global_batch <= 0:
+        return NAN, NAN
+    s = global_batch * (weighted_local_sq - global_sq) / (n_ranks - 1)
+    g2 = global_sq - s / global_batch
+    return s, g2
+
+
+@dataclass
+class NoiseScaleEstimator:
+    """EMA of S and G2 estimates; ``noise_scale`` = S/G2 (NaN until both are positive)."""
+
+    beta: float = 0.9
+    s_ema: float = NAN
+    g2_ema: float = NAN
+    updates: int = 0
+
+    def update(self, s: float, g2: float, weight: float = 1.0) -> None:
+        if not (math.isfinite(s) and math.isfinite(g2)):
+            return
+        b = self.beta ** max(weight, 1e-9)
+        if self.updates == 0:
+            self.s_ema, self.g2_ema = s, g2
+        else:
+            self.s_ema = b * self.s_ema + (1 - b) * s
+            self.g2_ema = b * self.g2_ema + (1 - b) * g2
+        self.updates += 1
+
+    @property
+    def noise_scale(self) -> float:
+        if self.updates == 0 or not (self.g2_ema > 0 and self.s_ema > 0):
+            return NAN
+        return self.s_ema / self.g2_ema
+
+    @property
+    def grad_variance(self) -> float:
+        """tr(Sigma) estimate: the per-sample gradient variance."""
+        return self.s_ema if self.updates else NAN
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"beta": self.beta, "s_ema": self.s_ema, "g2_ema": self.g2_ema, "updates": self.updates}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.beta, self.s_ema, self.g2_ema, self.updates = (
+            float(d["beta"]), float(d["s_ema"]), float(d["g2_ema"]), int(d["updates"]))
+
+
+@dataclass
+class Trend:
+    """Relative change per interval of an EMA-smoothed series (negative = falling)."""
+
+    beta: float = 0.7
+    ema: float = NAN
+    prev: float = NAN
+    history: list[float] = field(default_factory=list)
+
+    def update(self, value: float) -> float:
+        if not math.isfinite(value):
+            return self.trend
+        self.prev = self.ema
+        self.ema = value if not math.isfinite(self.ema) else self.beta * self.ema + (1 - self.beta) * value
+        return self.trend
+
+    @property
+    def trend(self) -> float:
+        if not (math.isfinite(self.prev) and math.isfinite(self.ema)) or self.prev == 0:
+            return NAN
+        return (self.ema - self.prev) / abs(self.prev)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"beta": self.beta, "ema": self.ema, "prev": self.prev}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.beta, self.ema, self.prev = float(d["beta"]), float(d["ema"]), float(d["prev"])
+
+
+def statistical_efficiency(global_batch: float, base_batch: float, noise_scale: float) -> float:
+    """Pollux's efficiency of batch B relative to B0: (phi + B0) / (phi + B) * B / B0 ... normalised
+    so that E(B0) = 1; it is the fraction of per-sample progress kept at batch B."""
+    if not math.isfinite(noise_scale) or noise_scale <= 0:
+        return 1.0
+    return (noise_scale + base_batch) / (noise_scale + global_batch)

@@ -1,0 +1,87 @@
+"""Under real MPI: every rank applies rank 0's plans at the same step, all ranks take the
+same number of steps, and every index is seen exactly once per epoch (with and without
+DataLoader worker processes, whose prefetching delays plans by an agreed lag)."""
+from __future__ import annotations
+
+import horovod.torch as hvd
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import TensorDataset
+
+from _models import ScriptedController, make_data, make_model, uneven_script
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.errors import DynamixError
+from dynamix_hvd.horovod import Dynamix
+from dynamix_hvd.plan import PlanBounds
+
+hvd.init()
+
+
+def build(comm, **kw):
+    world = comm.Get_size()
+    x, y = make_data(n=503)
+    model = make_model()
+    cfg = DynamixConfig(base_batch=9, interval_steps=2, deadband=0.0, max_batch=64, seed=3, **kw)
+    bounds = PlanBounds(max_batch=(64,) * world, deadband=0.0)
+    ctl = ScriptedController(bounds, 9, uneven_script(world, 6)) if comm.Get_rank() == 0 else None
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg, controller=ctl)
+    return dyn, model, x, y
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_exact_once_and_same_plans(comm, num_workers):
+    dyn, model, x, y = build(comm)
+    ds = TensorDataset(torch.arange(len(x)), x, y)
+    for epoch in range(2):
+        seen, steps, plan_trace = [], 0, []
+        for ids, xb, yb in dyn.loader(ds, epoch, num_workers=num_workers):
+            assert len(ids) == dyn.local_batch
+            seen.extend(ids.tolist())
+            plan_trace.append((dyn.current_slice.step, dyn.current_slice.sizes))
+            dyn.optimizer.zero_grad()
+            dyn.backward(F.cross_entropy(model(xb), yb))
+            dyn.optimizer.step()
+            dyn.step(0.0)
+            steps += 1
+        everything = comm.gather(seen, root=0)
+        traces = comm.allgather(plan_trace)
+        assert all(t == traces[0] for t in traces), "ranks disagree on step sizes"
+        if comm.Get_rank() == 0:
+            flat = sorted(i for r in everything for i in r)
+            assert flat == list(range(len(x))), "an index was skipped or repeated"
+        if epoch == 0:
+            assert len({t[1] for t in plan_trace}) >= (3 if comm.Get_size() > 1 else 1)
+    if num_workers:
+        assert dyn.lag_steps > 0
+    dyn.close()
+
+
+def test_loader_rejects_batch_size(comm):
+    dyn, model, x, y = build(comm)
+    with pytest.raises(DynamixError, match="batch_size"):
+        next(dyn.loader(TensorDataset(x, y), 0, batch_size=4))
+    dyn.close()
+
+
+def test_average_optimizer_is_rejected(comm):
+    x, y = make_data()
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), op=hvd.Average)
+    with pytest.raises(DynamixError, match="op=hvd.Sum"):
+        Dynamix(model, opt, dataset_size=len(x), base_batch=4)
+
+
+def test_lr_rule_follows_global_batch(comm):
+    dyn, model, x, y = build(comm, lr_rule="linear")
+    base_lr = dyn.optimizer.param_groups[0]["lr"]
+    for idx in dyn.batches(0):
+        dyn.optimizer.zero_grad()
+        dyn.backward(F.cross_entropy(model(x[idx]), y[idx]))
+        dyn.optimizer.step()
+        dyn.step(0.0)
+        expect = base_lr * dyn.plan.global_batch / (9 * comm.Get_size())
+        assert np.isclose(dyn.optimizer.param_groups[0]["lr"], expect), (dyn.plan, expect)
+    dyn.close()
