@@ -9,5 +9,14 @@ __version__ = "0.1.0"
 
 from dynamix_hvd._loader import NativeExtensionError, load_native
 from dynamix_hvd.plan import Plan
+from dynamix_hvd.config import DynamixConfig
 
-__all__ = ["__version__", "NativeExtensionError", "load_native", "Plan"]
+
+def __getattr__(name: str):  # lazy: importing horovod.torch is slow and optional
+    if name == "Dynamix":
+        from dynamix_hvd.horovod import Dynamix
+
+        return Dynamix
+    raise AttributeError(name)
+
+__all__ = ["__version__", "NativeExtensionError", "load_native", "Plan", "DynamixConfig", "Dynamix"]

@@ -72,12 +72,15 @@ class Dynamix:
     """Dynamic per-rank batch sizes for a Horovod PyTorch job. Create after ``hvd.init()``."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, dataset_size: int,
-                 config: DynamixConfig | None = None, *, controller: Controller | None = None,
+                 config: DynamixConfig | None = None, *, controller: Controller | str | None = None,
                  emulator: Any = None, comm: Any = None, named_parameters: Iterable | None = None,
                  compression: Any = None, broadcast_initial_state: bool = True,
                  metrics_fn: Callable[[WorkerStats], None] | None = None, **config_kwargs: Any) -> None:
         import horovod.torch as hvd
 
+        if isinstance(controller, str):  # a name: goes through the validated config
+            config_kwargs["controller"] = controller
+            controller = None
         if not hvd.is_initialized():
             raise DynamixError("call hvd.init() before creating Dynamix(...)")
         self.hvd = hvd

@@ -1,0 +1,38 @@
+"""Launcher tests start real jobs with mpirun / horovodrun as subprocesses."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def job_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,tcp",
+          "--mca", "btl_tcp_if_include", "lo"]
+
+
+def run(cmd: list[str], timeout: float = 300, check: bool = True, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=job_env(), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def have_mpirun() -> None:
+    if shutil.which("mpirun", path=job_env()["PATH"]) is None:
+        pytest.fail("mpirun not found: run scripts/setup_env.sh")
