@@ -121,22 +121,18 @@ def split_global(global_batch: int, weights: Sequence[float], bounds: PlanBounds
     lo = np.full(n, bounds.min_batch, dtype=float)
     hi = np.asarray(bounds.max_batch, dtype=float)
     total = float(min(max(global_batch, lo.sum()), hi.sum()))
-    # water-filling on the continuous split
-    alloc = lo.copy()
-    free = np.ones(n, dtype=bool)
-    remaining = total - alloc.sum()
-    for _ in range(n + 1):
-        if remaining <= 1e-9 or not free.any():
-            break
-        ww = np.where(free, w, 0.0)
-        if ww.sum() <= 0:
-            ww = free.astype(float)
-        add = remaining * ww / ww.sum()
-        room = hi - alloc
-        take = np.minimum(add, room)
-        alloc += take
-        remaining -= take.sum()
-        free &= (hi - alloc) > 1e-9
+    # continuous split x_i = clip(lam * w_i, lo_i, hi_i) with sum(x) = total (bisection on lam):
+    # proportional where no bound binds, capped ranks' surplus goes to the others
+    lo_lam, hi_lam = 0.0, 1.0
+    while np.clip(hi_lam * w, lo, hi).sum() < total and hi_lam < 1e18:
+        hi_lam *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo_lam + hi_lam)
+        if np.clip(mid * w, lo, hi).sum() < total:
+            lo_lam = mid
+        else:
+            hi_lam = mid
+    alloc = np.clip(hi_lam * w, lo, hi)
     q = bounds.quantum
     units = alloc / q
     base = np.floor(units).astype(int) * q

@@ -1,0 +1,128 @@
+"""Plan arithmetic, LR rules, configuration validation and atomic checkpoints."""
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dynamix_hvd import checkpoint as ckpt
+from dynamix_hvd.config import ConfigError, DynamixConfig
+from dynamix_hvd.lr import LRScaler, lr_factor
+from dynamix_hvd.plan import Plan, PlanBounds, PlanError, next_plan, quantize, split_global
+
+
+def test_plan_basics():
+    p = Plan(3, (4, 8, 20), 7)
+    assert p.global_batch == 32 and p.world_size == 3 and p.offset(2) == 12
+    assert p.share(2) == pytest.approx(20 / 32)
+    assert Plan.from_dict(p.to_dict()) == p
+    with pytest.raises(PlanError, match="negative"):
+        Plan(0, (1, -1))
+    with pytest.raises(PlanError, match="missing field 'start_step'"):
+        Plan.from_dict({"version": 1, "batch_sizes": [1]})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5000), st.lists(st.floats(0, 100), min_size=1, max_size=16),
+       st.integers(1, 8), st.data())
+def test_split_global_respects_caps_and_total(total, weights, quantum, data):
+    caps = tuple(data.draw(st.lists(st.integers(1, 600), min_size=len(weights), max_size=len(weights))))
+    b = PlanBounds(max_batch=caps, quantum=quantum)
+    out = split_global(total, weights, b)
+    assert all(1 <= o <= c for o, c in zip(out, caps))
+    assert sum(out) == min(max(total, len(caps)), sum(caps))
+
+
+def test_split_global_is_proportional():
+    b = PlanBounds(max_batch=(1000,) * 3)
+    assert split_global(120, [1, 2, 3], b) == [20, 40, 60]
+    capped = PlanBounds(max_batch=(1000, 1000, 30))
+    assert split_global(120, [1, 2, 3], capped) == [30, 60, 30]
+
+
+def test_quantize_and_deadband():
+    b = PlanBounds(max_batch=(64, 64), quantum=8, deadband=0.1)
+    assert quantize([13, 100], b) == [16, 64]
+    cur = Plan(2, (32, 32))
+    assert next_plan(cur, [33, 31], b, 10) is cur          # within deadband
+    new = next_plan(cur, [16, 48], b, 10)
+    assert new.version == 3 and new.batch_sizes == (16, 48) and new.start_step == 10
+    with pytest.raises(PlanError, match="finite"):
+        quantize([float("nan"), 3], b)
+
+
+def test_lr_rules():
+    assert lr_factor("linear", 64, 32) == 2.0
+    assert lr_factor("sqrt", 128, 32) == 2.0
+    assert lr_factor("none", 128, 32) == 1.0
+    assert lr_factor("adascale", 64, 32) == 1.0  # no estimates yet
+    r = lr_factor("adascale", 64, 32, s=320.0, g2=1.0)
+    assert r == pytest.approx((10 + 1) / (5 + 1))
+    assert 1.0 < r < 2.0
+    with pytest.raises(ValueError, match="lr_rule"):
+        lr_factor("cosine", 1, 1)
+
+
+def test_lr_scaler_composes_with_user_lr():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    s = LRScaler("linear")
+    s.apply(opt, 2.0)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.2)
+    opt.param_groups[0]["lr"] *= 0.5            # the user's scheduler decays
+    s.apply(opt, 1.0)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("field,value,expect", [
+    ("base_batch", 0, "base_batch=0"), ("controller", "pid", "controller='pid'"),
+    ("deadband", 1.5, "deadband=1.5"), ("lr_rule", "cos", "lr_rule"), ("max_batch", 0, "max_batch"),
+    ("interval_steps", 0, "interval_steps"), ("accumulation", -1, "accumulation"),
+    ("base_batch", True, "base_batch=True"), ("quantum", 2.5, "quantum"),
+])
+def test_config_errors_name_field_and_value(field, value, expect):
+    with pytest.raises(ConfigError, match=expect):
+        DynamixConfig.load(env={}, **{field: value})
+
+
+def test_config_sources_order(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[dynamix]\nbase_batch = 16\ncontroller = 'proportional'\nmax_batch = [64, 128]\n")
+    cfg = DynamixConfig.load(f, env={"DYNAMIX_BASE_BATCH": "24"}, interval_steps=5)
+    assert (cfg.base_batch, cfg.controller, cfg.interval_steps, cfg.max_batch) == (24, "proportional", 5, (64, 128))
+    with pytest.raises(ConfigError, match="DYNAMIX_DEADBAND='x'"):
+        DynamixConfig.load(env={"DYNAMIX_DEADBAND": "x"})
+    with pytest.raises(ConfigError, match="unknown configuration field 'batch'"):
+        DynamixConfig.load(env={}, batch=3)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("base_batch = [")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        DynamixConfig.load(bad, env={})
+    DynamixConfig(base_batch=4, max_batch=(4, 4)).validate(world_size=2)
+    with pytest.raises(ConfigError, match="2 values, one per rank"):
+        DynamixConfig(base_batch=4, max_batch=(4, 4, 4)).validate(world_size=2)
+
+
+def test_checkpoint_atomic_and_errors(tmp_path, monkeypatch):
+    path = tmp_path / "ck.pt"
+    ckpt.save(path, {"dynamix": {"a": 1}})
+    assert ckpt.load(path)["dynamix"] == {"a": 1}
+    # a crash during the write leaves the old checkpoint intact and no temp file behind
+    real_replace = os.replace
+
+    def boom(src, dst):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        ckpt.save(path, {"dynamix": {"a": 2}})
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert ckpt.load(path)["dynamix"] == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["ck.pt"]
+    path.write_bytes(b"garbage")
+    with pytest.raises(ckpt.CheckpointError, match="corrupt"):
+        ckpt.load(path)
+    with pytest.raises(ckpt.CheckpointError, match="does not exist"):
+        ckpt.load(tmp_path / "nope.pt")
