@@ -1,0 +1,167 @@
+"""A stable-baselines3 actor-critic policy whose parameters are shared across worker rows.
+
+Input: the padded observation (n_rows, 1 + F) flattened by SB3; column 0 is the valid mask.
+
+* actor: e_i = MLP_e(x_i) for every row (one MLP for all workers), pooled context
+  g = masked mean of e_i, per-row logits = MLP_a([e_i, g]) -> n_levels; global-scale logits =
+  Linear(g). Padded rows get logits pinning them to "no change" (so they add ~0 to log-prob
+  and entropy).
+* critic: V = MLP_v([masked mean, masked max] of MLP_c(x_i)).
+
+Because nothing depends on n_rows, ``RowNet.act_rows`` runs the trained actor on any number of
+workers (1 .. 1024+) directly, which is what the PPO controller does.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import ActorCriticPolicy
+from torch import nn
+from torch.distributions import Categorical
+
+PAD_LOGIT = -30.0
+
+
+def _mlp(sizes: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+class RowNet(nn.Module):
+    """The shared per-row actor and pooled critic (SB3 ``mlp_extractor`` interface)."""
+
+    def __init__(self, n_features: int, n_rows: int, n_levels: int, n_global: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.n_features = n_features          # per row, incl. the mask column
+        self.n_rows, self.n_levels, self.n_global, self.hidden = n_rows, n_levels, n_global, hidden
+        f = n_features - 1
+        self.embed_pi = _mlp([f, hidden, hidden])
+        self.head_pi = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, n_levels))
+        self.global_pi = nn.Linear(hidden, n_global)
+        self.embed_vf = _mlp([f, hidden, hidden])
+        self.latent_dim_pi = n_rows * n_levels + n_global
+        self.latent_dim_vf = 2 * hidden
+        pad = th.full((n_levels,), PAD_LOGIT)
+        pad[n_levels // 2] = 0.0
+        self.register_buffer("pad_logits", pad)
+
+    def _rows(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        x = features.reshape(features.shape[0], -1, self.n_features)
+        return x[..., 1:], x[..., :1]
+
+    @staticmethod
+    def _masked_mean(e: th.Tensor, m: th.Tensor) -> th.Tensor:
+        return (e * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+    def actor_logits(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """Per-row logits (batch, rows, n_levels) and global logits (batch, n_global)."""
+        x, m = self._rows(features)
+        e = self.embed_pi(x)
+        g = self._masked_mean(e, m)
+        row = self.head_pi(th.cat([e, g.unsqueeze(1).expand_as(e)], dim=-1))
+        row = m * row + (1.0 - m) * self.pad_logits
+        return row, self.global_pi(g)
+
+    def forward_actor(self, features: th.Tensor) -> th.Tensor:
+        row, glob = self.actor_logits(features)
+        return th.cat([row.flatten(1), glob], dim=1)
+
+    def forward_critic(self, features: th.Tensor) -> th.Tensor:
+        x, m = self._rows(features)
+        e = self.embed_vf(x)
+        mean = self._masked_mean(e, m)
+        mx = (e * m + (m - 1.0) * 1e4).max(1).values
+        return th.cat([mean, mx], dim=1)
+
+    def forward(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        return self.forward_actor(features), self.forward_critic(features)
+
+    @th.no_grad()
+    def act_rows(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, int]:
+        """Actions for an (N, F) unpadded observation: level indices (N,) and the global index."""
+        x = th.as_tensor(obs, dtype=th.float32)
+        x = th.cat([th.ones(x.shape[0], 1), x], dim=1).unsqueeze(0)
+        row, glob = self.actor_logits(x)
+        if deterministic:
+            return row[0].argmax(-1).numpy(), int(glob[0].argmax())
+        ra = th.distributions.Categorical(logits=row[0]).sample().numpy()
+        return ra, int(th.distributions.Categorical(logits=glob[0]).sample())
+
+
+class RowCategorical(Distribution):
+    """MultiDiscrete([n_levels] * n_rows + [n_global]) as two batched Categoricals.
+
+    SB3's MultiCategoricalDistribution builds one Categorical per dimension (hundreds here),
+    which dominates training time; this one is equivalent and vectorised."""
+
+    def __init__(self, n_rows: int, n_levels: int, n_global: int) -> None:
+        super().__init__()
+        self.n_rows, self.n_levels, self.n_global = n_rows, n_levels, n_global
+
+    def proba_distribution_net(self, latent_dim: int) -> nn.Module:
+        return nn.Identity()
+
+    def proba_distribution(self, action_logits: th.Tensor) -> "RowCategorical":
+        rows = action_logits[:, : self.n_rows * self.n_levels].reshape(-1, self.n_rows, self.n_levels)
+        self.rows = Categorical(logits=rows, validate_args=False)
+        self.glob = Categorical(logits=action_logits[:, self.n_rows * self.n_levels:], validate_args=False)
+        return self
+
+    def log_prob(self, actions: th.Tensor) -> th.Tensor:
+        a = actions.long()
+        return self.rows.log_prob(a[:, : self.n_rows]).sum(1) + self.glob.log_prob(a[:, self.n_rows])
+
+    def entropy(self) -> th.Tensor:
+        return self.rows.entropy().sum(1) + self.glob.entropy()
+
+    def sample(self) -> th.Tensor:
+        return th.cat([self.rows.sample(), self.glob.sample().unsqueeze(1)], dim=1)
+
+    def mode(self) -> th.Tensor:
+        return th.cat([self.rows.probs.argmax(-1), self.glob.probs.argmax(-1, keepdim=True)], dim=1)
+
+    def actions_from_params(self, action_logits: th.Tensor, deterministic: bool = False) -> th.Tensor:
+        self.proba_distribution(action_logits)
+        return self.get_actions(deterministic=deterministic)
+
+    def log_prob_from_params(self, action_logits: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        actions = self.actions_from_params(action_logits)
+        return actions, self.log_prob(actions)
+
+
+class SharedRowPolicy(ActorCriticPolicy):
+    """ActorCriticPolicy with a ``RowNet`` extractor; ``dynamix_config`` travels with the zip."""
+
+    def __init__(self, *args: Any, hidden: int = 64, dynamix_config: dict | None = None, **kwargs: Any) -> None:
+        self.hidden = hidden
+        self.dynamix_config = dict(dynamix_config or {})
+        kwargs.setdefault("share_features_extractor", True)
+        super().__init__(*args, **kwargs)
+
+    def _build_mlp_extractor(self) -> None:
+        n_rows, n_features = self.observation_space.shape  # type: ignore[misc]
+        nvec = self.action_space.nvec  # type: ignore[attr-defined]
+        self.mlp_extractor = RowNet(n_features, n_rows, int(nvec[0]), int(nvec[-1]), self.hidden)
+
+    def _build(self, lr_schedule: Any) -> None:
+        super()._build(lr_schedule)
+        self.action_net = nn.Identity()   # RowNet already outputs the logits
+        net = self.mlp_extractor
+        for layer in (net.head_pi[-1], net.global_pi):
+            nn.init.orthogonal_(layer.weight, gain=0.01)
+            nn.init.zeros_(layer.bias)
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+        self.row_dist = RowCategorical(net.n_rows, net.n_levels, net.n_global)
+
+    def _get_action_dist_from_latent(self, latent_pi: th.Tensor) -> Distribution:
+        return self.row_dist.proba_distribution(latent_pi)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(hidden=self.hidden, dynamix_config=self.dynamix_config)
+        return data

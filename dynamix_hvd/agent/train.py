@@ -1,0 +1,144 @@
+"""`dynamix train-policy`: train the shared-row PPO policy in the cluster simulator.
+
+    dynamix train-policy --timesteps 300000 --seed 0 --out policy.zip
+
+Writes ``policy.zip`` (stable-baselines3; the env/obs/action config travels inside it as the
+policy's ``dynamix_config``), ``policy.json`` (training configuration, wall time, versions),
+``policy_curve.csv`` and ``policy_curve.png`` (mean training-episode return vs timesteps).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynamix_hvd.agent.actions import ActionConfig
+from dynamix_hvd.agent.env import EnvConfig, make_env
+from dynamix_hvd.agent.reward import RewardWeights
+from dynamix_hvd.agent.sim import SimConfig
+from dynamix_hvd.state import GROUPS, ObsConfig
+
+PPO_DEFAULTS: dict[str, Any] = dict(
+    n_steps=128, batch_size=256, n_epochs=4, learning_rate=5e-4, gamma=0.9, gae_lambda=0.9,
+    clip_range=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timesteps", type=int, default=300_000, help="environment steps (decisions)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="policy.zip", help="output zip (json/csv/png written next to it)")
+    p.add_argument("--n-envs", type=int, default=8)
+    p.add_argument("--n-max", type=int, default=64, help="padded worker rows in training observations")
+    p.add_argument("--workers", default="2,64", help="min,max workers drawn per episode")
+    p.add_argument("--family", default="any", choices=["any", "small", "large"], help="model-size family")
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--disable", default="", help=f"comma list of feature groups to zero, from {list(GROUPS)}")
+    p.add_argument("--global-scales", default="0.8,1.0,1.25", help="global-batch multipliers ('1.0' = off)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
+    p.add_argument("--quiet", action="store_true")
+
+
+def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
+    lo, hi = (int(x) for x in args.workers.split(","))
+    disabled = frozenset(g for g in args.disable.split(",") if g)
+    scales = tuple(float(s) for s in args.global_scales.split(","))
+    n_max = max(args.n_max, hi)
+    return EnvConfig(sim=SimConfig(n_workers=(lo, hi), model_family=args.family),
+                     obs=ObsConfig(disabled), action=ActionConfig(global_scales=scales),
+                     reward=RewardWeights(), n_max=n_max)
+
+
+def train(env_cfg: EnvConfig, timesteps: int, seed: int, out: Path, n_envs: int = 8, hidden: int = 64,
+          threads: int = 1, verbose: bool = True, ppo_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train, save zip + json + curve; return the run's metadata."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
+
+    from dynamix_hvd.agent.policy import SharedRowPolicy
+
+    torch.set_num_threads(max(1, threads))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    venv = VecMonitor(DummyVecEnv([make_env(env_cfg, seed=seed * 1000 + i) for i in range(n_envs)]))
+    hp = dict(PPO_DEFAULTS, **(ppo_kwargs or {}))
+    dyn_cfg = env_cfg.to_dict()
+    model = PPO(SharedRowPolicy, venv, seed=seed, verbose=0, device="cpu",
+                policy_kwargs=dict(hidden=hidden, dynamix_config=dyn_cfg), **hp)
+    curve: list[tuple[int, float, float, float]] = []
+    t0 = time.perf_counter()
+
+    class Curve(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_rollout_end(self) -> None:
+            buf = self.model.ep_info_buffer
+            if buf:
+                rets = [e["r"] for e in list(buf)[-50:]]
+                curve.append((self.num_timesteps, float(np.mean(rets)), float(np.std(rets)),
+                              time.perf_counter() - t0))
+                if verbose and len(curve) % 20 == 0:
+                    print(f"  {self.num_timesteps:>8d} steps  mean return {curve[-1][1]:7.2f}  "
+                          f"{curve[-1][3]:6.0f}s", flush=True)
+
+    model.learn(total_timesteps=timesteps, callback=Curve())
+    elapsed = time.perf_counter() - t0
+    model.save(out)
+    stem = out.with_suffix("")
+    with open(f"{stem}_curve.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["timesteps", "mean_return_last50", "std_return_last50", "wall_s"])
+        w.writerows(curve)
+    _plot_curve(curve, Path(f"{stem}_curve.png"), title=out.name)
+    import stable_baselines3
+    meta = {
+        "timesteps": timesteps, "seed": seed, "n_envs": n_envs, "hidden": hidden, "threads": threads,
+        "ppo": hp, "env": dyn_cfg, "wall_s": round(elapsed, 1),
+        "final_mean_return_last50": curve[-1][1] if curve else None,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "stable_baselines3": stable_baselines3.__version__, "numpy": np.__version__},
+        "command": f"dynamix train-policy --timesteps {timesteps} --seed {seed} --out {out.name}",
+    }
+    with open(f"{stem}.json", "w") as fh:
+        json.dump(meta, fh, indent=2)
+    venv.close()
+    return meta
+
+
+def _plot_curve(curve: list[tuple[int, float, float, float]], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    if not curve:
+        return
+    c = np.asarray(curve)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(c[:, 0], c[:, 1], label="mean return (last 50 training episodes)")
+    ax.fill_between(c[:, 0], c[:, 1] - c[:, 2], c[:, 1] + c[:, 2], alpha=0.2)
+    ax.set_xlabel("timesteps (decisions)")
+    ax.set_ylabel("episode return")
+    ax.set_title(f"PPO learning curve: {title}")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = env_config_from_args(args)
+    if not args.quiet:
+        print(f"training {args.timesteps} steps, seed {args.seed}, workers {cfg.sim.n_workers}, "
+              f"family {cfg.sim.model_family}, disabled {sorted(cfg.obs.disabled_groups)} -> {args.out}", flush=True)
+    meta = train(cfg, args.timesteps, args.seed, Path(args.out), args.n_envs, args.hidden, args.threads,
+                 verbose=not args.quiet)
+    print(f"saved {args.out} in {meta['wall_s']:.0f}s; final mean return {meta['final_mean_return_last50']}")
+    return 0

@@ -1,0 +1,122 @@
+"""PPO controller: the trained DYNAMIX policy (stable-baselines3 zip) applied to any number of ranks.
+
+The policy's actor is one MLP shared by every worker row (see ``dynamix_hvd.agent.policy``), so
+it is run directly on the N rows of the observation built by ``dynamix_hvd.state`` (N = 1 ..
+1024+, whatever N it was trained with). The action becomes proposed sizes exactly as in the
+training env (``dynamix_hvd.agent.actions``). Problems with the policy file raise
+``PolicyLoadError`` naming the file and the problem.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from dynamix_hvd.controllers.base import Controller
+from dynamix_hvd.plan import PlanBounds
+from dynamix_hvd.records import ClusterState
+
+
+class PolicyLoadError(RuntimeError):
+    """The policy file is missing, corrupt or does not match the observation."""
+
+
+def default_policy_path() -> Path:
+    from dynamix_hvd.agent.policies import DEFAULT_POLICY
+    return DEFAULT_POLICY
+
+
+def load_policy(path: str | os.PathLike | None = None):
+    """Load a SharedRowPolicy from an SB3 zip; returns (policy, dynamix_config)."""
+    p = Path(path) if path is not None else default_policy_path()
+    if not p.is_file():
+        hint = ("the shipped default policy is missing from the package data; reinstall dynamix_hvd or "
+                "train one with `dynamix train-policy --out policy.zip`") if path is None else \
+               "train one with `dynamix train-policy --out policy.zip` or omit policy= to use the shipped default"
+        raise PolicyLoadError(f"policy file {p} not found: {hint}")
+    if not zipfile.is_zipfile(p):
+        raise PolicyLoadError(f"policy file {p} is not a stable-baselines3 zip (corrupt or wrong file)")
+    try:
+        from stable_baselines3 import PPO
+        from dynamix_hvd.agent.policy import SharedRowPolicy
+        model = PPO.load(p, device="cpu", custom_objects={"learning_rate": 0.0, "lr_schedule": lambda _: 0.0})
+    except Exception as exc:  # noqa: BLE001 - any failure here means the file is unusable
+        raise PolicyLoadError(f"policy file {p} could not be loaded ({type(exc).__name__}: {exc})") from exc
+    policy = model.policy
+    if not isinstance(policy, SharedRowPolicy):
+        raise PolicyLoadError(f"policy file {p} holds a {type(policy).__name__}, not a DYNAMIX SharedRowPolicy")
+    policy.set_training_mode(False)
+    return policy, dict(policy.dynamix_config)
+
+
+class PPOController(Controller):
+    name = "ppo"
+
+    def __init__(self, bounds: PlanBounds, base_batch: int, policy: str | os.PathLike | None = None,
+                 deterministic: bool = True, seed: int = 0) -> None:
+        super().__init__(bounds, base_batch)
+        from dynamix_hvd.agent.actions import ActionConfig
+        from dynamix_hvd.state import N_FEATURES, ObsConfig
+        import torch
+        torch.manual_seed(seed)
+        self.policy_path = policy
+        self.policy, cfg = load_policy(policy)
+        self.net = self.policy.mlp_extractor
+        self.obs_config = ObsConfig.from_dict(cfg.get("obs", {}))
+        self.action_config = ActionConfig.from_dict(cfg.get("action", {}))
+        expected = N_FEATURES + 1
+        if self.net.n_features != expected:
+            raise PolicyLoadError(
+                f"policy file {policy or default_policy_path()} expects {self.net.n_features - 1} features per "
+                f"worker but this version of dynamix_hvd.state builds {N_FEATURES}: retrain the policy")
+        if self.net.n_levels != self.action_config.n_levels or \
+                self.net.n_global != len(self.action_config.global_scales):
+            raise PolicyLoadError(f"policy file {policy or default_policy_path()}: action config does not match "
+                                  "the network's output sizes")
+        self.deterministic = deterministic
+        self.target_B: float | None = None
+        self.last_levels: np.ndarray | None = None
+        self.last_global = 0.0
+
+    def observe(self, state: ClusterState) -> np.ndarray:
+        """The (N, F) observation the policy sees for this state."""
+        from dynamix_hvd.state import build_observation
+        last = state.last_action if state.last_action is not None else self.last_levels
+        if last is not None and np.size(last) != state.world_size:
+            last = None
+        st = ClusterState(state.plan, state.workers, state.glob, last)
+        return build_observation(st, ref_global_batch=self.base_batch * state.world_size,
+                                 last_global_action=self.last_global, config=self.obs_config)
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, int]:
+        """Signed per-worker levels (-k..k) and the global-scale index."""
+        if obs.ndim != 2 or obs.shape[1] != self.net.n_features - 1:
+            raise PolicyLoadError(f"observation has shape {obs.shape}; the policy expects (N, {self.net.n_features - 1})")
+        idx, gidx = self.net.act_rows(obs, deterministic=self.deterministic)
+        return idx.astype(np.float64) - self.action_config.k, gidx
+
+    def decide(self, state: ClusterState) -> Sequence[float]:
+        from dynamix_hvd.agent.actions import proposal_from_action
+        from dynamix_hvd.agent.env import global_action_feature
+        sizes = state.plan.batch_sizes
+        if self.target_B is None or self.last_levels is None or self.last_levels.size != len(sizes):
+            self.target_B = float(sum(sizes))
+        levels, gidx = self.act(self.observe(state))
+        proposed, self.target_B = proposal_from_action(sizes, levels, gidx, self.target_B, self.action_config,
+                                                       self.bounds)
+        self.last_levels = levels
+        self.last_global = global_action_feature(gidx, self.action_config)
+        return [float(x) for x in proposed]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"target_B": self.target_B, "last_global": self.last_global,
+                "last_levels": None if self.last_levels is None else self.last_levels.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.target_B = state.get("target_B")
+        self.last_global = float(state.get("last_global", 0.0))
+        ll = state.get("last_levels")
+        self.last_levels = None if ll is None else np.asarray(ll, dtype=float)

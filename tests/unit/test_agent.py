@@ -1,0 +1,109 @@
+"""Env checker, tiny PPO training, PPO controller load/apply on any N, clear errors for bad files."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+
+from stable_baselines3.common.env_checker import check_env  # noqa: E402
+
+from dynamix_hvd.agent.actions import ActionConfig, proposal_from_action  # noqa: E402
+from dynamix_hvd.agent.env import DynamixEnv, EnvConfig  # noqa: E402
+from dynamix_hvd.agent.rollout import factory, run_episode  # noqa: E402
+from dynamix_hvd.agent.sim import ClusterSim, SimConfig  # noqa: E402
+from dynamix_hvd.controllers import make_controller  # noqa: E402
+from dynamix_hvd.controllers.ppo import PolicyLoadError  # noqa: E402
+from dynamix_hvd.plan import Plan, PlanBounds  # noqa: E402
+from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats  # noqa: E402
+
+SMALL = EnvConfig(sim=SimConfig(n_workers=(2, 6), episode_len=8), n_max=6)
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    from dynamix_hvd.agent.train import train
+    out = tmp_path_factory.mktemp("pol") / "tiny.zip"
+    meta = train(SMALL, 256, 0, out, n_envs=2, hidden=8, verbose=False,
+                 ppo_kwargs=dict(n_steps=64, batch_size=64, n_epochs=1))
+    assert out.is_file() and meta["timesteps"] == 256
+    assert (out.parent / "tiny.json").is_file() and (out.parent / "tiny_curve.csv").is_file()
+    return out
+
+
+def test_env_passes_sb3_checker():
+    check_env(DynamixEnv(SMALL), warn=False)
+
+
+def test_env_episode_and_padding():
+    env = DynamixEnv(SMALL)
+    obs, info = env.reset(seed=0)
+    n = info["n_workers"]
+    assert obs.shape == (6, env.observation_space.shape[1]) and obs[:n, 0].sum() == n and obs[n:].sum() == 0
+    steps, done = 0, False
+    while not done:
+        obs, r, term, trunc, info = env.step(env.action_space.sample())
+        assert np.isfinite(r) and env.observation_space.contains(obs)
+        steps, done = steps + 1, term or trunc
+    assert steps == SMALL.sim.episode_len - 1
+
+
+def test_action_mapping_shifts_split_and_scales_total():
+    bounds = PlanBounds(max_batch=(256,) * 3)
+    prop, target = proposal_from_action([32, 32, 32], np.array([2, 0, -2]), 1, 96, ActionConfig(), bounds)
+    assert prop.sum() == pytest.approx(96) and prop[0] > prop[1] > prop[2]
+    prop, target = proposal_from_action([32, 32, 32], np.zeros(3), 2, 96, ActionConfig(), bounds)
+    assert target == pytest.approx(120) and prop.sum() == pytest.approx(120)
+
+
+def _state(n, rng):
+    ws = [WorkerStats(rank=r, batch_size=32, max_batch=256, compute_s=float(rng.uniform(0.01, 0.05)),
+                      step_s=0.08, comm_s=0.03, allreduce_p50_s=0.02) for r in range(n)]
+    return ClusterState(Plan.uniform(n, 32), ws, GlobalStats(progress=0.5, noise_scale=500.0))
+
+
+@pytest.mark.parametrize("n", [3, 100])
+def test_ppo_controller_applies_to_any_n(tiny_policy, n):
+    ctl = make_controller("ppo", PlanBounds(max_batch=(256,) * n), 32, policy=str(tiny_policy))
+    out = ctl.decide(_state(n, np.random.default_rng(n)))
+    assert len(out) == n and all(np.isfinite(out)) and all(x > 0 for x in out)
+    st = ctl.state_dict()
+    ctl2 = make_controller("ppo", PlanBounds(max_batch=(256,) * n), 32, policy=str(tiny_policy))
+    ctl2.load_state_dict(st)
+    assert ctl2.target_B == ctl.target_B
+
+
+def test_ppo_controller_runs_in_rollout(tiny_policy):
+    res = run_episode(ClusterSim(SMALL.sim), factory("ppo", policy=str(tiny_policy)), seed=1)
+    assert np.isfinite(res.ret) and res.decisions == SMALL.sim.episode_len - 1
+
+
+def test_missing_policy_file_is_a_clear_error(tmp_path):
+    with pytest.raises(PolicyLoadError, match="not found"):
+        make_controller("ppo", PlanBounds(max_batch=(64,) * 2), 32, policy=str(tmp_path / "nope.zip"))
+
+
+def test_corrupt_policy_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(b"this is not a zip")
+    with pytest.raises(PolicyLoadError, match="not a stable-baselines3 zip"):
+        make_controller("ppo", PlanBounds(max_batch=(64,) * 2), 32, policy=str(bad))
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "empty.zip", "w") as z:
+        z.writestr("hello.txt", "x")
+    with pytest.raises(PolicyLoadError, match="could not be loaded"):
+        make_controller("ppo", PlanBounds(max_batch=(64,) * 2), 32, policy=str(tmp_path / "empty.zip"))
+
+
+def test_wrong_observation_shape_is_a_clear_error(tiny_policy):
+    ctl = make_controller("ppo", PlanBounds(max_batch=(64,) * 2), 32, policy=str(tiny_policy))
+    with pytest.raises(PolicyLoadError, match="expects"):
+        ctl.act(np.zeros((2, 5), dtype=np.float32))
+
+
+def test_shipped_default_policy_loads_if_present():
+    from dynamix_hvd.agent.policies import DEFAULT_POLICY
+    if not DEFAULT_POLICY.is_file():
+        pytest.skip("shipped policy not built yet")
+    ctl = make_controller("ppo", PlanBounds(max_batch=(256,) * 4), 32)
+    assert len(ctl.decide(_state(4, np.random.default_rng(0)))) == 4

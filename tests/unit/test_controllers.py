@@ -1,0 +1,126 @@
+"""Baseline controllers on simulated records (no MPI)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dynamix_hvd.agent.sim import ClusterSim, SimConfig
+from dynamix_hvd.controllers import REGISTRY, make_controller
+from dynamix_hvd.plan import Plan, PlanBounds, next_plan
+from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
+
+
+def _state(sizes, tps, comm=0.01, noise_scale=float("nan"), caps=None):
+    caps = caps or [1024] * len(sizes)
+    workers = []
+    step = max(t * b for t, b in zip(tps, sizes)) + comm
+    for r, (b, t) in enumerate(zip(sizes, tps)):
+        workers.append(WorkerStats(rank=r, batch_size=b, max_batch=caps[r], compute_s=t * b, step_s=step,
+                                   comm_s=step - t * b, allreduce_p50_s=comm))
+    return ClusterState(Plan(0, tuple(sizes)), workers, GlobalStats(noise_scale=noise_scale))
+
+
+def _bounds(n, cap=1024):
+    return PlanBounds(max_batch=(cap,) * n, min_batch=1, deadband=0.0)
+
+
+def test_registry_lists_every_controller_and_unknown_name_errors():
+    assert set(REGISTRY) >= {"static", "oracle", "proportional", "goodput", "random", "ppo"}
+    with pytest.raises(ValueError, match="unknown controller"):
+        make_controller("nope", _bounds(2), 32)
+
+
+def test_static_keeps_base_batch():
+    ctl = make_controller("static", _bounds(3), 32)
+    assert list(ctl.decide(_state([10, 20, 30], [1e-3] * 3))) == [32.0] * 3
+
+
+def test_oracle_splits_by_true_speed_and_follows_changes():
+    speeds = [1.0, 3.0]
+    ctl = make_controller("oracle", _bounds(2), 32, speed_fn=lambda: speeds)
+    assert list(ctl.decide(_state([32, 32], [1e-3, 1e-3]))) == [16.0, 48.0]
+    speeds[:] = [1.0, 1.0]
+    assert list(ctl.decide(_state([16, 48], [1e-3, 1e-3]))) == [32.0, 32.0]
+
+
+def test_oracle_without_speed_fn_names_the_problem():
+    with pytest.raises(ValueError, match="speed_fn"):
+        make_controller("oracle", _bounds(2), 32)
+
+
+@pytest.mark.parametrize("ratio", [2.0, 4.0, 8.0])
+def test_proportional_balances_compute_times(ratio):
+    ctl = make_controller("proportional", _bounds(2), 32)
+    tps = [ratio * 1e-3, 1e-3]
+    plan, bounds = Plan.uniform(2, 32), _bounds(2)
+    for _ in range(5):
+        plan = next_plan(plan, ctl.decide(_state(list(plan.batch_sizes), tps)), bounds, 0)
+    b = plan.batch_sizes
+    assert sum(b) == 64
+    times = [t * x for t, x in zip(tps, b)]
+    assert max(times) / min(times) < 1.15
+
+
+def test_proportional_does_not_flap_on_noise():
+    rng = np.random.default_rng(0)
+    ctl = make_controller("proportional", PlanBounds(max_batch=(256,) * 4), 32)
+    plan = Plan.uniform(4, 32)
+    for _ in range(30):
+        tps = list(1e-3 * np.exp(rng.normal(0, 0.01, 4)))
+        plan = next_plan(plan, ctl.decide(_state(list(plan.batch_sizes), tps)), ctl.bounds, 0)
+    assert plan.version == 0
+
+
+def test_proportional_state_dict_roundtrip():
+    a = make_controller("proportional", _bounds(2), 32)
+    a.decide(_state([32, 32], [2e-3, 1e-3]))
+    b = make_controller("proportional", _bounds(2), 32)
+    b.load_state_dict(a.state_dict())
+    s = _state([32, 32], [2e-3, 1e-3])
+    assert list(a.decide(s)) == list(b.decide(s))
+
+
+def test_goodput_grows_batch_when_comm_bound_and_noise_scale_large():
+    ctl = make_controller("goodput", PlanBounds(max_batch=(512,) * 4, max_global_batch=512), 32)
+    s = _state([32] * 4, [1e-3] * 4, comm=0.5, noise_scale=1e5)
+    assert sum(ctl.decide(s)) > 128 * 1.5
+
+
+def test_goodput_keeps_batch_when_noise_scale_small_or_unknown():
+    ctl = make_controller("goodput", PlanBounds(max_batch=(512,) * 4), 32)
+    assert sum(ctl.decide(_state([32] * 4, [1e-3] * 4, comm=0.001, noise_scale=8.0))) <= 128 * 1.01
+    ctl2 = make_controller("goodput", PlanBounds(max_batch=(512,) * 4), 32)
+    assert sum(ctl2.decide(_state([32] * 4, [1e-3] * 4, comm=0.5))) == pytest.approx(128)
+
+
+def test_goodput_fits_affine_model():
+    from dynamix_hvd.controllers.goodput import fit_affine
+    b = np.array([16, 32, 64, 48.0])
+    a, beta = fit_affine(b, 0.01 + 0.002 * b)
+    assert a == pytest.approx(0.01, rel=1e-6) and beta == pytest.approx(0.002, rel=1e-6)
+    a, beta = fit_affine(np.array([32.0]), np.array([0.064]))
+    assert a == 0.0 and beta == pytest.approx(0.002)
+
+
+def test_random_keeps_global_batch_and_is_seeded():
+    s = _state([32] * 5, [1e-3] * 5)
+    a = make_controller("random", _bounds(5), 32, seed=3).decide(s)
+    b = make_controller("random", _bounds(5), 32, seed=3).decide(s)
+    assert sum(a) == pytest.approx(160) and list(a) == list(b)
+
+
+@pytest.mark.parametrize("name", ["static", "proportional", "goodput", "random", "oracle"])
+def test_controllers_run_on_simulator_records(name):
+    sim = ClusterSim(SimConfig(n_workers=(2, 6)), seed=1)
+    sim.reset(1, "static_hetero")
+    kw = {"speed_fn": sim.true_speeds} if name == "oracle" else {}
+    ctl = make_controller(name, sim.bounds(), sim.cluster.base_batch, **kw)
+    plan = Plan.uniform(sim.cluster.n, sim.cluster.base_batch)
+    out = sim.step(plan.batch_sizes)
+    for _ in range(5):
+        plan = next_plan(plan, ctl.decide(sim.cluster_state(plan, out)), sim.bounds(), sim.t)
+        assert all(1 <= b <= m for b, m in zip(plan.batch_sizes, sim.bounds().max_batch))
+        out = sim.step(plan.batch_sizes)
+        assert math.isfinite(out["goodput"])
