@@ -71,6 +71,9 @@ void Sampler::read_all(Snapshot& s) {
 
 void Sampler::push(const Snapshot& s) {
   std::lock_guard<std::mutex> lock(mu_);
+  // Two threads sampling at once (the sampler thread and sample_once) may finish out of
+  // order: keep the ring sorted by time by dropping the older straggler.
+  if (head_ > 0 && s.t_ns <= ring_[(head_ - 1) % capacity_].t_ns) return;
   Snapshot& slot = ring_[head_ % capacity_];
   slot.t_ns = s.t_ns;
   slot.cost_ns = s.cost_ns;
