@@ -1,0 +1,266 @@
+"""``dynamix bench``: run several controllers on the same emulated scenario and seed, and
+compare their wall-clock (training-clock) time to the target accuracy.
+
+    dynamix bench --scenario hetero4x --controllers static,oracle,proportional,goodput --out runs/b
+
+Each controller gets a fresh emulated cluster (namespaces + tc links, or the network-free
+variant where namespaces are not permitted or with ``--no-netns``), one mpirun of
+``dynamix_hvd.emulate.worker`` with one rank per scenario worker, and its own run directory
+``OUT/<controller>/``. Then ``OUT/results.json`` and ``OUT/report.png`` are written:
+
+    {"scenario": str, "target_accuracy": float,
+     "controllers": {NAME: {"time_to_target_s": float|null, "final_accuracy": float,
+                            "samples_per_s": float, "balance_efficiency": float, "decisions": int}}}
+
+time_to_target_s  training-clock seconds until the first evaluation at or above the target
+                  (evaluation pauses the clock); null when not reached within max_time_s
+balance_efficiency mean over steps of  sum_i compute_i / (N * max_i compute_i)  (1 = no waiting)
+decisions         number of plan changes the controller made
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynamix_hvd.emulate.scenario import Scenario, ScenarioError, load_scenario, override
+
+DEFAULT_CONTROLLERS = "static,oracle,proportional,goodput"
+STARTUP_GRACE_S = 150.0   # mpirun + imports + data on a loaded 2-core host
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", required=True, help="scenario TOML file or the name of a shipped one")
+    p.add_argument("--controllers", default=DEFAULT_CONTROLLERS, help="comma-separated controller names")
+    p.add_argument("--out", required=True, help="output directory (results.json, report.png, one dir per run)")
+    p.add_argument("--no-netns", action="store_true", help="network-free variant: all ranks on loopback")
+    p.add_argument("--max-time-s", type=float, default=None, help="override the scenario's training budget")
+    p.add_argument("--until", choices=("target", "budget"), default="budget",
+                   help="stop each run at the target accuracy or train the whole budget (default)")
+    p.add_argument("--python", default=sys.executable, help="interpreter for the ranks")
+
+
+# ---- metrics from one run directory ------------------------------------------------------
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass  # a line cut by a killed run
+    return out
+
+
+def rank_logs(run_dir: Path) -> list[list[dict[str, Any]]]:
+    files = sorted(run_dir.glob("rank*.jsonl"), key=lambda p: int(p.stem[4:]))
+    return [read_jsonl(f) for f in files]
+
+
+def balance_efficiency(logs: list[list[dict[str, Any]]]) -> float:
+    """Mean over steps of sum_i c_i / (N max_i c_i), c_i = rank i's compute seconds."""
+    if not logs or not all(logs):
+        return float("nan")
+    n = min(len(lg) for lg in logs)
+    c = np.array([[lg[k]["compute_s"] for k in range(n)] for lg in logs])  # (ranks, steps)
+    mx = c.max(axis=0)
+    ok = mx > 0
+    return float(np.mean(c[:, ok].mean(axis=0) / mx[ok])) if ok.any() else float("nan")
+
+
+def plan_changes(run_dir: Path) -> int:
+    versions = {rec.get("next_plan", {}).get("version", 0) for rec in read_jsonl(run_dir / "events.jsonl")}
+    return max(versions, default=0)
+
+
+def run_metrics(run_dir: Path) -> dict[str, Any]:
+    """The results.json entry of one run, plus extra figures (train_time_s, steps, ...)."""
+    s = json.loads((run_dir / "summary.json").read_text())
+    return {"time_to_target_s": s["time_to_target_s"], "final_accuracy": s["final_accuracy"],
+            "samples_per_s": s["samples_per_s"], "balance_efficiency": balance_efficiency(rank_logs(run_dir)),
+            "decisions": plan_changes(run_dir), "train_time_s": s["train_time_s"], "steps": s["steps"],
+            "wall_s": s["wall_s"], "final_plan": s["final_plan"]}
+
+
+# ---- running ----------------------------------------------------------------------------------
+def network_mode(no_netns: bool) -> tuple[bool, str]:
+    """(use namespaces?, why not)"""
+    if no_netns:
+        return False, "--no-netns given"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return False, "iproute2 (ip, tc) not installed"
+    from dynamix_hvd.emulate.netns import netns_available
+
+    return netns_available()
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, use_netns: bool,
+            until: str, python: str, log: Any = print) -> tuple[int, str]:
+    """One mpirun of the worker; returns (exit code, the command line)."""
+    from dynamix_hvd.emulate.netns import Cluster, mpmd_command, netem_available
+    from dynamix_hvd.emulate.worker import LINK_ENV
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH", "")])),
+           "HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi", "OMP_NUM_THREADS": "1",
+           "HOROVOD_STALL_CHECK_TIME_SECONDS": "30"}
+    worker = [python, "-m", "dynamix_hvd.emulate.worker", "--scenario", str(scenario_file),
+              "--controller", controller, "--run-dir", str(run_dir), "--max-time-s", str(sc.max_time_s),
+              "--until", until]
+    netem = use_netns and netem_available()
+    if not netem:
+        worker.append("--emulate-latency")
+    timeout = sc.max_time_s * 2.5 + STARTUP_GRACE_S
+    cluster = Cluster([(w.bandwidth_mbit, w.latency_ms) for w in sc.workers]) if use_netns else None
+    with open(run_dir / "mpirun.log", "w") as out:
+        if cluster is not None:
+            cluster.__enter__()
+        try:
+            if cluster is not None:
+                env.update({LINK_ENV.format(rank=r): lk.to_str() for r, lk in enumerate(cluster.links)})
+            cmd, full_env = mpmd_command(cluster, [worker] * sc.world_size, env)
+            (run_dir / "command.txt").write_text(" ".join(cmd) + "\n")
+            p = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                rc = p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log(f"  {controller}: timed out after {timeout:.0f} s; killing the job")
+                _kill_group(p)
+                rc = 124
+            except BaseException:
+                _kill_group(p)
+                raise
+        finally:
+            if cluster is not None:
+                cluster.__exit__(None, None, None)
+    return rc, " ".join(cmd)
+
+
+def format_table(results: dict[str, Any]) -> str:
+    rows = [("controller", "time_to_target_s", "vs static", "final_acc", "samples/s", "balance_eff", "decisions")]
+    ctl = results["controllers"]
+    base = (ctl.get("static") or {}).get("time_to_target_s")
+    for name, m in ctl.items():
+        if "error" in m:
+            rows.append((name, "FAILED", "", "", "", "", m["error"][:40]))
+            continue
+        ttt = m["time_to_target_s"]
+        rel = f"{ttt / base:.2f}x" if ttt is not None and base else "-"
+        rows.append((name, f"{ttt:.1f}" if ttt is not None else "not reached", rel, f"{m['final_accuracy']:.3f}",
+                     f"{m['samples_per_s']:.0f}", f"{m['balance_efficiency']:.2f}", str(m["decisions"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = False,
+          max_time_s: float | None = None, until: str = "budget", python: str = sys.executable,
+          log: Any = print) -> dict[str, Any]:
+    sc = override(load_scenario(scenario), max_time_s=max_time_s)
+    out.mkdir(parents=True, exist_ok=True)
+    scenario_file = out / "scenario.toml"
+    src = Path(sc.source) if sc.source else None
+    if src and src.exists():
+        shutil.copyfile(src, scenario_file)
+    from dynamix_hvd import workloads  # generate and cache the data once, before the ranks start
+
+    workloads.load_data(workloads.get_workload(sc.workload).data)
+    use_netns, why = network_mode(no_netns)
+    if use_netns:
+        from dynamix_hvd.emulate.netns import netem_available
+
+        net = "netns+tc " + ("netem (bandwidth+latency)" if netem_available() else
+                             "tbf (bandwidth; sch_netem missing, latency emulated in the worker)")
+    else:
+        net = f"network-free (loopback TCP, no link shaping): {why}"
+    log(f"dynamix bench: scenario {sc.name} ({sc.world_size} ranks, {sc.workload}, target "
+        f"{sc.target_accuracy}, budget {sc.max_time_s:.0f} s, until {until}); network: {net}")
+    results: dict[str, Any] = {"scenario": sc.name, "target_accuracy": sc.target_accuracy, "controllers": {},
+                               "network": net, "until": until, "max_time_s": sc.max_time_s,
+                               "world_size": sc.world_size, "workload": sc.workload}
+    for name in controllers:
+        t0 = time.time()
+        run_dir = out / name
+        rc, cmd = run_one(sc, scenario_file, name, run_dir, use_netns, until, python, log)
+        if rc == 0 and (run_dir / "summary.json").exists():
+            m = run_metrics(run_dir)
+            results["controllers"][name] = m
+            ttt = m["time_to_target_s"]
+            log(f"  {name:<13} time to target {('%.1f s' % ttt) if ttt is not None else 'not reached':>12}  "
+                f"final acc {m['final_accuracy']:.3f}  {m['samples_per_s']:.0f} samples/s  "
+                f"balance {m['balance_efficiency']:.2f}  plan {m['final_plan']}  ({time.time() - t0:.0f} s wall)")
+        else:
+            tail = (run_dir / "mpirun.log").read_text()[-1500:] if (run_dir / "mpirun.log").exists() else ""
+            results["controllers"][name] = {"error": f"exit code {rc}", "log_tail": tail}
+            log(f"  {name}: FAILED (exit {rc}); see {run_dir / 'mpirun.log'}\n{tail}")
+        (out / "results.json").write_text(json.dumps(_clean(results), indent=1))
+    try:
+        from dynamix_hvd.report import plot_bench
+
+        plot_bench(out)
+    except Exception as exc:  # noqa: BLE001 - the figures are a convenience; results.json stands
+        log(f"report.png not written: {exc}")
+    return results
+
+
+def _clean(o: Any) -> Any:
+    """NaN -> null so results.json is strict JSON."""
+    if isinstance(o, float) and o != o:
+        return None
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
+def run(args: argparse.Namespace) -> int:
+    names = [c.strip() for c in args.controllers.split(",") if c.strip()]
+    from dynamix_hvd.controllers import REGISTRY
+
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        print(f"dynamix bench: unknown controller(s) {unknown}; choose from {sorted(REGISTRY)}", file=sys.stderr)
+        return 2
+    try:
+        results = bench(args.scenario, names, Path(args.out), args.no_netns, args.max_time_s, args.until,
+                        args.python)
+    except ScenarioError as exc:
+        print(f"dynamix bench: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(format_table(results))
+    print(f"\nwrote {Path(args.out) / 'results.json'} and {Path(args.out) / 'report.png'}")
+    return 0 if all("error" not in m for m in results["controllers"].values()) else 1
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(prog="dynamix bench")
+    add_arguments(p)
+    sys.exit(run(p.parse_args()))

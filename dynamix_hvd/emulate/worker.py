@@ -1,0 +1,198 @@
+"""The per-rank training script of ``dynamix bench``: real Horovod training of a scenario's
+workload with the dynamix hook, on an emulated device (and link, when run in a namespace).
+
+    mpirun ... python -m dynamix_hvd.emulate.worker --scenario S.toml --controller proportional \\
+        --run-dir DIR [--link-env] [--emulate-latency]
+
+Writes into DIR:
+    rank<r>.jsonl   one line per step: training time, step, batch, compute and step seconds
+    evals.jsonl     rank 0, one line per evaluation: training time, step, test accuracy
+    events.jsonl    rank 0, the hook's decision records
+    summary.json    rank 0, the run's figures (time to target, final accuracy, samples/s, ...)
+
+Time is the *training clock*: evaluation pauses it on every rank (rank 0 evaluates, then
+broadcasts the stop flag; the clock resumes after that broadcast).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from dynamix_hvd import workloads
+from dynamix_hvd.emulate.device import EmulatedDevice, EmulatedOOM, TrainingClock
+from dynamix_hvd.emulate.scenario import load_scenario, override
+
+LINK_ENV = "DYNAMIX_LINK_R{rank}"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--controller", default="static")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--max-time-s", type=float, default=None, help="override the scenario's max_time_s")
+    p.add_argument("--until", choices=("target", "budget"), default="budget",
+                   help="stop at the target accuracy, or train the whole max_time_s budget")
+    p.add_argument("--emulate-latency", action="store_true",
+                   help="sleep the links' latency per allreduce (when tc netem is unavailable)")
+    p.add_argument("--plain", action="store_true",
+                   help="no dynamix hook: plain Horovod with the scenario's static batches")
+    return p.parse_args(argv)
+
+
+def _make_controller(name: str, cfg: object, world: int, device: EmulatedDevice) -> object | None:
+    """The oracle needs the scenario's true speeds; every other controller is built by the hook."""
+    if name != "oracle":
+        return None
+    from dynamix_hvd.controllers import make_controller
+    from dynamix_hvd.plan import PlanBounds
+
+    bounds = PlanBounds(max_batch=cfg.max_batch_for(world), min_batch=cfg.min_batch,  # type: ignore[attr-defined]
+                        quantum=cfg.quantum, max_global_batch=cfg.max_global_batch,  # type: ignore[attr-defined]
+                        deadband=cfg.deadband)  # type: ignore[attr-defined]
+    return make_controller("oracle", bounds, cfg.base_batch, speed_fn=device.true_speeds)  # type: ignore[attr-defined]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    import horovod.torch as hvd
+
+    hvd.init()
+    rank, world = hvd.rank(), hvd.size()
+    sc = override(load_scenario(args.scenario), max_time_s=args.max_time_s)
+    if sc.world_size != world:
+        raise SystemExit(f"scenario {sc.name} has {sc.world_size} workers but the job has {world} ranks")
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    model, data = workloads.build(sc.workload, seed=sc.seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=sc.lr)
+    clock = TrainingClock()
+    link = None
+    if os.environ.get(LINK_ENV.format(rank=rank)):
+        from dynamix_hvd.emulate.netns import Link
+        link = Link.from_str(os.environ[LINK_ENV.format(rank=rank)])
+    device = EmulatedDevice(sc, rank, clock=clock, link=link, emulate_latency=args.emulate_latency)
+
+    if args.plain:
+        loop = _PlainLoop(model, optimizer, len(data), sc, hvd, device)
+    else:
+        from dynamix_hvd.config import DynamixConfig  # the hook; imported late so --plain works without it
+        from dynamix_hvd.horovod import Dynamix
+
+        cfg = DynamixConfig(base_batch=sc.base_batch, controller=args.controller,
+                            interval_steps=sc.interval_steps, max_batch=tuple(device.max_batches()),
+                            run_dir=str(run_dir), seed=sc.seed)
+        ctl = _make_controller(args.controller, cfg, world, device) if rank == 0 else None
+        loop = Dynamix(model, optimizer, dataset_size=len(data), config=cfg, controller=ctl, emulator=device)
+
+    steps_log = open(run_dir / f"rank{rank}.jsonl", "w", buffering=1 << 16)  # noqa: SIM115
+    evals_log = open(run_dir / "evals.jsonl", "w", buffering=1) if rank == 0 else None  # noqa: SIM115
+    flag = torch.zeros(2)
+    hvd.allreduce(flag, name="dmx_start")    # everyone ready: start the clocks together
+    clock.restart()
+    t_wall0 = time.perf_counter()
+    step = samples = 0
+    time_to_target = None
+    acc = 0.0
+    stop = False
+    epoch = 0
+    while not stop:
+        for idx in loop.batches(epoch):
+            t0 = time.perf_counter()
+            x, y = data.x_train[idx], data.y_train[idx]
+            loss = F.cross_entropy(model(x), y)
+            loop.optimizer.zero_grad()
+            loop.backward(loss)
+            t1 = time.perf_counter()
+            loop.optimizer.step()
+            device.after_step()
+            loop.step(loss.item())
+            t2 = time.perf_counter()
+            step += 1
+            samples += int(loop.plan.global_batch) if not args.plain else sum(sc.base_batch for _ in range(world))
+            steps_log.write(json.dumps({"t": round(clock(), 5), "step": step, "b": len(idx),
+                                        "compute_s": round(t1 - t0, 6), "step_s": round(t2 - t0, 6)}) + "\n")
+            if step % sc.eval_every_steps == 0:  # the same steps on every rank (collective)
+                clock.pause()
+                t_now = clock()
+                if rank == 0:
+                    acc = workloads.accuracy(model, data.x_test, data.y_test)
+                    if time_to_target is None and acc >= sc.target_accuracy:
+                        time_to_target = t_now
+                    done = t_now >= sc.max_time_s or (args.until == "target" and time_to_target is not None)
+                    flag = torch.tensor([float(done), acc])
+                    evals_log.write(json.dumps({"t": round(t_now, 4), "step": step, "acc": acc,  # type: ignore[union-attr]
+                                                "samples": samples, "wall": round(time.perf_counter() - t_wall0, 3),
+                                                "plan": list(loop.plan.batch_sizes)}) + "\n")
+                flag = hvd.broadcast(flag, root_rank=0, name="dmx_eval")
+                stop = bool(flag[0] > 0.5)
+                clock.resume()
+                if stop:
+                    break
+        epoch += 1
+    train_time = clock()
+    steps_log.close()
+    if rank == 0:
+        assert evals_log is not None
+        evals_log.close()
+        summary = {"scenario": sc.name, "controller": args.controller, "time_to_target_s": time_to_target,
+                   "final_accuracy": acc, "train_time_s": train_time, "steps": step, "samples": samples,
+                   "samples_per_s": samples / train_time if train_time > 0 else 0.0,
+                   "wall_s": time.perf_counter() - t_wall0, "world_size": world,
+                   "events_applied": [{"t": t, "rank": e.rank, **dict(e.changes)} for t, e in device.applied],
+                   "final_plan": list(loop.plan.batch_sizes)}
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    if hasattr(loop, "close"):
+        loop.close()
+    return 0
+
+
+class _PlainLoop:
+    """Plain Horovod with fixed per-rank batches (the scenario's base_batch), no hook: the
+    network-only baseline and a fallback. Same surface as the hook for the loop above."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, n: int, sc: object,
+                 hvd: object, device: EmulatedDevice) -> None:
+        from dynamix_hvd.plan import Plan
+
+        self.hvd = hvd
+        self.rank, self.world = hvd.rank(), hvd.size()  # type: ignore[attr-defined]
+        self.plan = Plan.uniform(self.world, sc.base_batch)  # type: ignore[attr-defined]
+        self.optimizer = hvd.DistributedOptimizer(  # type: ignore[attr-defined]
+            optimizer, named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # type: ignore[attr-defined]
+        self.n, self.seed, self.device = n, sc.seed, device  # type: ignore[attr-defined]
+        self._t = 0.0
+
+    def batches(self, epoch: int):  # noqa: ANN201
+        g = torch.Generator().manual_seed(self.seed + epoch)
+        perm = torch.randperm(self.n, generator=g)
+        b, B = self.plan.batch_sizes[self.rank], self.plan.global_batch
+        off = self.plan.offset(self.rank)
+        for s in range(0, self.n - B + 1, B):
+            self._t = time.perf_counter()
+            yield perm[s + off:s + off + b]
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.device.before_backward(self.plan.batch_sizes[self.rank], time.perf_counter() - self._t)
+        loss.backward()
+
+    def step(self, loss: float) -> None:
+        pass
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except EmulatedOOM as exc:
+        print(f"[dynamix worker] {exc}", file=sys.stderr, flush=True)
+        sys.exit(3)

@@ -1,0 +1,120 @@
+"""Scenario TOML parsing: the shipped set loads, and every unknown key or bad value is an
+error that names the key."""
+from __future__ import annotations
+
+import pytest
+
+from dynamix_hvd.emulate.scenario import (ScenarioError, load_scenario, parse_scenario, shipped_scenarios)
+
+GOOD = """
+name = "t"
+workload = "mnist1d_mlp"
+target_accuracy = 0.6
+max_time_s = 30
+base_batch = 16
+seed = 3
+
+[[workers]]
+fixed_ms = 1.0
+per_sample_ms = 0.5
+max_batch = 64
+bandwidth_mbit = 100
+latency_ms = 1
+
+[[workers]]
+fixed_ms = 1
+per_sample_ms = 2
+
+[[events]]
+at_s = 5
+rank = 1
+per_sample_ms = 4.0
+bandwidth_mbit = 10
+"""
+
+
+def test_parse_good() -> None:
+    sc = parse_scenario(GOOD)
+    assert sc.name == "t" and sc.world_size == 2 and sc.base_batch == 16 and sc.seed == 3
+    assert sc.workers[0].max_batch == 64 and sc.workers[0].bandwidth_mbit == 100.0
+    assert sc.workers[1].max_batch == 1024 and sc.workers[1].latency_ms == 0.0   # defaults
+    assert sc.events[0].rank == 1 and dict(sc.events[0].changes) == {"per_sample_ms": 4.0, "bandwidth_mbit": 10.0}
+    assert sc.events[0].touches_link
+
+
+def test_workers_at_applies_events_in_time() -> None:
+    sc = parse_scenario(GOOD)
+    assert sc.workers_at(4.9)[1].per_sample_ms == 2.0
+    after = sc.workers_at(5.0)
+    assert after[1].per_sample_ms == 4.0 and after[1].bandwidth_mbit == 10.0 and after[0] == sc.workers[0]
+    assert sc.true_speeds(0.0) == [2000.0, 500.0]
+    assert sc.true_speeds(6.0) == [2000.0, 250.0]
+
+
+def test_compute_time_model() -> None:
+    w = parse_scenario(GOOD).workers[0]
+    assert w.compute_s(10) == pytest.approx((1.0 + 0.5 * 10) / 1000)
+
+
+@pytest.mark.parametrize("edit, key", [
+    (("seed = 3", "seed = 3\ncolour = 1"), "colour"),
+    (("fixed_ms = 1.0", "fixed_ms = 1.0\ngpus = 2"), "workers[0].gpus"),
+    (("at_s = 5", "at_s = 5\nwhen = 2"), "events[0].when"),
+    (("target_accuracy = 0.6", "target_accuracy = 1.5"), "target_accuracy"),
+    (("target_accuracy = 0.6", 'target_accuracy = "high"'), "target_accuracy"),
+    (("max_time_s = 30", "max_time_s = -1"), "max_time_s"),
+    (("base_batch = 16", "base_batch = 16.5"), "base_batch"),
+    (("base_batch = 16", "base_batch = 100"), "base_batch"),      # above a worker's max_batch
+    (("seed = 3", "seed = true"), "seed"),
+    (('workload = "mnist1d_mlp"', 'workload = "imagenet"'), "workload"),
+    (("per_sample_ms = 0.5", "per_sample_ms = 0"), "workers[0].per_sample_ms"),
+    (("max_batch = 64", "max_batch = 0"), "workers[0].max_batch"),
+    (("bandwidth_mbit = 100", "bandwidth_mbit = -5"), "workers[0].bandwidth_mbit"),
+    (("latency_ms = 1", "latency_ms = -1"), "workers[0].latency_ms"),
+    (("latency_ms = 1", "latency_ms = nan"), "workers[0].latency_ms"),
+    (("rank = 1", "rank = 2"), "events[0].rank"),
+    (("at_s = 5", "at_s = -1"), "events[0].at_s"),
+    (("per_sample_ms = 4.0", "per_sample_ms = -4.0"), "events[0].per_sample_ms"),
+    (('name = "t"', ""), "name"),
+    (("fixed_ms = 1\n", ""), "workers[1].fixed_ms"),
+])
+def test_bad_values_name_the_key(edit: tuple[str, str], key: str) -> None:
+    old, new = edit
+    assert old in GOOD
+    with pytest.raises(ScenarioError) as exc:
+        parse_scenario(GOOD.replace(old, new, 1))
+    assert key in str(exc.value)
+
+
+def test_event_without_changes_and_no_workers() -> None:
+    with pytest.raises(ScenarioError, match=r"events\[0\]"):
+        parse_scenario(GOOD.replace("per_sample_ms = 4.0\nbandwidth_mbit = 10\n", ""))
+    head = GOOD.split("[[workers]]")[0]
+    with pytest.raises(ScenarioError, match="workers"):
+        parse_scenario(head)
+
+
+def test_not_toml() -> None:
+    with pytest.raises(ScenarioError, match="TOML"):
+        parse_scenario("name = ")
+
+
+def test_shipped_set() -> None:
+    shipped = shipped_scenarios()
+    for name in ("homogeneous", "hetero2x", "hetero4x", "slow_link", "node_slowdown", "link_degrade", "hetero8"):
+        assert name in shipped
+    for name in shipped:
+        sc = load_scenario(name)
+        assert sc.name == name
+    assert load_scenario("hetero8").world_size == 8
+    assert any(not e.touches_link for e in load_scenario("node_slowdown").events)
+    assert any(e.touches_link for e in load_scenario("link_degrade").events)
+    speeds = load_scenario("hetero4x").true_speeds(0)
+    assert max(speeds) / min(speeds) == pytest.approx(4.0)
+    homo = load_scenario("homogeneous").workers
+    assert all(w == homo[0] for w in homo)
+
+
+def test_load_unknown_name() -> None:
+    with pytest.raises(ScenarioError, match="no scenario"):
+        load_scenario("does-not-exist")
