@@ -8,6 +8,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 from dataclasses import asdict
 from typing import Any
@@ -84,5 +85,10 @@ def snapshot(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(json.dumps(snapshot(args), indent=args.indent, sort_keys=False), flush=True)
+    try:
+        snap = snapshot(args)
+    except ValueError as exc:  # configuration error (unknown interface, bad period)
+        print(f"dynamix probe: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(snap, indent=args.indent, sort_keys=False), flush=True)
     return 0
