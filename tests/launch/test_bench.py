@@ -1,0 +1,120 @@
+"""`dynamix bench` end to end on a tiny 2-rank scenario (short budget): results.json schema,
+report.png, the training clock excluding evaluation, nothing left behind; plus the metric
+helpers on synthetic logs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dynamix_hvd.emulate import netns
+from dynamix_hvd.emulate.bench import balance_efficiency, format_table
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = """
+name = "tiny"
+workload = "digits_mlp"
+target_accuracy = 0.85
+max_time_s = 6
+base_batch = 16
+seed = 2
+interval_steps = 5
+eval_every_steps = 5
+[[workers]]
+fixed_ms = 2
+per_sample_ms = 0.5
+max_batch = 128
+bandwidth_mbit = 200
+latency_ms = 0.2
+[[workers]]
+fixed_ms = 2
+per_sample_ms = 2.0
+max_batch = 128
+bandwidth_mbit = 200
+latency_ms = 0.2
+"""
+ENTRY = {"time_to_target_s": (float, type(None)), "final_accuracy": float, "samples_per_s": float,
+         "balance_efficiency": float, "decisions": int}
+
+
+def _bench(tmp_path: Path, controllers: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    sc = tmp_path / "tiny.toml"
+    sc.write_text(TINY)
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "dynamix_hvd.cli", "bench", "--scenario", str(sc),
+                        "--controllers", controllers, "--out", str(out), *extra],
+                       capture_output=True, text=True, timeout=400, cwd=REPO,
+                       env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    return p, out
+
+
+def _check_results(out: Path, names: list[str]) -> dict:
+    res = json.loads((out / "results.json").read_text())
+    assert res["scenario"] == "tiny" and res["target_accuracy"] == 0.85
+    assert list(res["controllers"]) == names
+    for n in names:
+        m = res["controllers"][n]
+        for k, typ in ENTRY.items():
+            assert isinstance(m[k], typ), (n, k, m[k])
+        assert 0 < m["balance_efficiency"] <= 1 and 0 <= m["final_accuracy"] <= 1
+        # the training clock stops for evaluation: wall time > training time, and the
+        # per-step durations add up to (about) the training time
+        steps = [json.loads(l) for l in (out / n / "rank0.jsonl").read_text().splitlines()]
+        busy = sum(s["step_s"] for s in steps)
+        assert m["train_time_s"] >= 0.8 * busy and m["wall_s"] > m["train_time_s"]
+        evals = [json.loads(l) for l in (out / n / "evals.jsonl").read_text().splitlines()]
+        if m["time_to_target_s"] is not None:
+            assert m["time_to_target_s"] == pytest.approx(next(e["t"] for e in evals if e["acc"] >= 0.85), abs=1e-3)
+    assert (out / "report.png").stat().st_size > 10_000
+    return res
+
+
+@pytest.mark.skipif(not netns.netns_available()[0], reason="network namespaces not permitted here")
+def test_bench_over_namespaces(tmp_path: Path) -> None:
+    before = set(netns.list_namespaces())
+    p, out = _bench(tmp_path, "static,oracle")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "netns+tc" in p.stdout and "time_to_target_s" in p.stdout
+    res = _check_results(out, ["static", "oracle"])
+    oracle = res["controllers"]["oracle"]
+    assert oracle["decisions"] >= 1 and oracle["final_plan"][0] > oracle["final_plan"][1]  # fast rank gets more
+    assert res["controllers"]["static"]["decisions"] == 0
+    assert res["controllers"]["oracle"]["balance_efficiency"] > res["controllers"]["static"]["balance_efficiency"]
+    assert {n for n in netns.list_namespaces() if n.startswith("dmx-")} <= before
+
+
+def test_bench_network_free(tmp_path: Path) -> None:
+    p, out = _bench(tmp_path, "proportional", "--no-netns")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "network-free" in p.stdout
+    _check_results(out, ["proportional"])
+
+
+def test_bench_rejects_unknown_controller(tmp_path: Path) -> None:
+    p, _ = _bench(tmp_path, "static,bogus")
+    assert p.returncode == 2 and "bogus" in p.stderr
+
+
+def test_bench_bad_scenario_names_key(tmp_path: Path) -> None:
+    sc = tmp_path / "bad.toml"
+    sc.write_text(TINY.replace("latency_ms = 0.2", "latency_ms = 0.2\nlatncy = 1", 1))
+    p = subprocess.run([sys.executable, "-m", "dynamix_hvd.cli", "bench", "--scenario", str(sc),
+                        "--controllers", "static", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert p.returncode == 2 and "workers[0].latncy" in p.stderr
+
+
+def test_balance_efficiency_and_table() -> None:
+    even = [[{"compute_s": 0.1}] * 3, [{"compute_s": 0.1}] * 3]
+    assert balance_efficiency(even) == pytest.approx(1.0)
+    skew = [[{"compute_s": 0.1}] * 3, [{"compute_s": 0.4}] * 3]
+    assert balance_efficiency(skew) == pytest.approx(0.625)
+    table = format_table({"controllers": {
+        "static": {"time_to_target_s": 10.0, "final_accuracy": 0.8, "samples_per_s": 100.0,
+                   "balance_efficiency": 0.5, "decisions": 0},
+        "oracle": {"time_to_target_s": 5.0, "final_accuracy": 0.81, "samples_per_s": 200.0,
+                   "balance_efficiency": 0.9, "decisions": 1}}})
+    assert "0.50x" in table and "oracle" in table
