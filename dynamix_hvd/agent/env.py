@@ -86,6 +86,7 @@ class DynamixEnv(gym.Env):
         super().reset(seed=seed)
         options = options or {}
         sim_seed = 2 * int(self.np_random.integers(2**30 - 1))  # even: eval uses odd seeds (held out)
+        sim_seed = int(options.get("sim_seed", sim_seed))
         self.sim.reset(sim_seed, options.get("scenario", self.fixed_scenario), options.get("n_workers", self.fixed_n))
         cl = self.sim.cluster
         assert cl is not None

@@ -27,7 +27,8 @@ from dynamix_hvd.agent.sim import SCENARIOS, SimConfig, family_config
 from dynamix_hvd.agent.policies import POLICY_DIR
 
 BASELINES = ("static", "oracle", "proportional", "goodput", "random")
-ABLATIONS = {"no_network": "ablations/no_network.zip", "no_statistical": "ablations/no_statistical.zip"}
+ABLATIONS = {"no_network": "ablations/no_network.zip", "no_statistical": "ablations/no_statistical.zip",
+             "split_only": "ablations/split_only.zip"}   # split_only: no global-batch action
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -96,10 +97,12 @@ def run_main(seeds: list[int], controllers: list[str], policy: str | None, cfg: 
 
 def run_ablation(seeds: list[int], policy: str | None, policy_dir: Path, cfg: SimConfig) -> dict[str, Any]:
     full = {sc: evaluate_controller(_ctl("ppo", policy), seeds, cfg, scenario=sc) for sc in SCENARIOS}
+    prop = [r for sc in SCENARIOS for r in evaluate_controller(factory("proportional"), seeds, cfg, scenario=sc)]
     rows, out = [], {}
     m, se, g = summarise([r for v in full.values() for r in v])
-    rows.append(["ppo (all features)", m, se, g, "-", "-"])
-    out["full"] = {"mean_return": m, "se": se}
+    d, dse = paired([r for v in full.values() for r in v], prop)
+    rows.append(["ppo (all features)", m, se, g, "-", "-", d, dse])
+    out["full"] = {"mean_return": m, "se": se, "diff_vs_proportional": d, "diff_vs_proportional_se": dse}
     for name, rel in ABLATIONS.items():
         path = policy_dir / rel
         if not path.is_file():
@@ -111,10 +114,17 @@ def run_ablation(seeds: list[int], policy: str | None, policy_dir: Path, cfg: Si
         m, se, g = summarise(flat_a)
         d, dse = paired(flat_a, flat_f)
         per = {sc: summarise(ab[sc])[0] - summarise(full[sc])[0] for sc in SCENARIOS}
-        out[name] = {"mean_return": m, "se": se, "diff_vs_full": d, "diff_se": dse, "per_scenario_diff": per}
-        rows.append([f"ppo {name}", m, se, g, d, dse])
+        dp, dpse = paired(flat_a, prop)
+        out[name] = {"mean_return": m, "se": se, "diff_vs_full": d, "diff_se": dse, "per_scenario_diff": per,
+                     "diff_vs_proportional": dp, "diff_vs_proportional_se": dpse}
+        rows.append([f"ppo {name}", m, se, g, d, dse, dp, dpse])
     print(_table(f"ablations ({len(seeds)} seeds x {len(SCENARIOS)} scenarios, paired)",
-                 ["policy", "mean return", "s.e.", "goodput / oracle", "diff vs full", "diff s.e."], rows))
+                 ["policy", "mean return", "s.e.", "goodput / oracle", "diff vs full", "s.e.",
+                  "diff vs proportional", "s.e."], rows))
+    for name in ABLATIONS:
+        if name in out:
+            print(f"  {name}: per-scenario diff vs full " +
+                  ", ".join(f"{sc} {v:+.2f}" for sc, v in out[name]["per_scenario_diff"].items()))
     return out
 
 

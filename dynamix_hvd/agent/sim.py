@@ -22,11 +22,13 @@ The simulator emits the same ``ClusterState`` records as the live hook; its hot 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from dynamix_hvd.controllers.goodput import equal_time_split
 from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.state import RAW_WORKER_FIELDS
@@ -170,19 +172,7 @@ def draw_cluster(cfg: SimConfig, rng: np.random.Generator, scenario: str | None 
     return cl
 
 
-def equalised_split(alpha: np.ndarray, beta: np.ndarray, total: float, lo: float, hi: np.ndarray,
-                    iters: int = 40) -> np.ndarray:
-    """Continuous split of ``total`` equalising alpha_i + beta_i b_i within [lo, hi_i] (bisection)."""
-    t_lo, t_hi = 0.0, float(np.max(alpha + beta * hi))
-    b = np.clip((t_hi - alpha) / beta, lo, hi)
-    for _ in range(iters):
-        t = 0.5 * (t_lo + t_hi)
-        b = np.clip((t - alpha) / beta, lo, hi)
-        if b.sum() > total:
-            t_hi = t
-        else:
-            t_lo = t
-    return b
+equalised_split = equal_time_split   # the oracle split is the goodput model's split with true parameters
 
 
 class ClusterSim:
@@ -203,6 +193,7 @@ class ClusterSim:
         self.t = 0
         self._ev = 0
         self._oracle: tuple[np.ndarray, float] | None = None
+        self._comm: float | None = None
         self.prev_B = float(self.cluster.ref_global_batch)
         self.last_loss = 2.5
 
@@ -254,7 +245,7 @@ class ClusterSim:
     def _step_time(self, compute: np.ndarray, comm: float | None = None) -> float:
         a = self._comm_time() if comm is None else comm
         mc = float(compute.max())
-        return mc + max(a - self._c().overlap * mc, 0.05 * a)
+        return mc + max(a - self.cluster.overlap * mc, 0.05 * a)  # type: ignore[union-attr]
 
     def _apply_events(self) -> None:
         cl = self._c()
@@ -266,6 +257,7 @@ class ClusterSim:
                 cl.bw[ranks] /= f
             self._ev += 1
             self._oracle = None
+            self._comm = None
 
     def statistical_efficiency(self, B: float) -> float:
         phi = self.noise_scale()
@@ -279,41 +271,36 @@ class ClusterSim:
         b = np.asarray(sizes, dtype=np.float64)
         n, K = cl.n, self.cfg.steps_per_decision
         sig = self.cfg.compute_noise
-        noise = np.exp(self.rng.normal(0.0, sig / np.sqrt(K), n) + 0.5 * sig * sig)
-        compute = (cl.alpha + cl.beta * b) * noise
-        comm = self._comm_time() * float(np.exp(self.rng.normal(0.0, 0.03)))
+        z = self.rng.standard_normal(2 * n + 4)
+        compute = (cl.alpha + cl.beta * b) * np.exp(z[:n] * (sig / math.sqrt(K)) + 0.5 * sig * sig)
+        if self._comm is None:
+            self._comm = self._comm_time()
+        comm = self._comm * math.exp(0.03 * z[-1])
         step = self._step_time(compute, comm)
         B = float(b.sum())
-        raw = np.full((n, len(RAW_WORKER_FIELDS)), NAN)
-        raw[:, _COL["batch_size"]] = b
-        raw[:, _COL["max_batch"]] = cl.caps
-        raw[:, _COL["compute_s"]] = compute
-        raw[:, _COL["step_s"]] = step
-        raw[:, _COL["comm_s"]] = step - compute
-        raw[:, _COL["allreduce_p50_s"]] = comm
-        nbytes = 2.0 * (n - 1) / n * cl.model_bytes if n > 1 else 0.0
-        raw[:, _COL["nic_tx_Bps"]] = nbytes / step
-        raw[:, _COL["nic_rx_Bps"]] = nbytes / step
-        raw[:, _COL["link_capacity_Bps"]] = cl.bw
-        raw[:, _COL["cpu_util"]] = np.clip(compute / step + self.rng.normal(0, 0.02, n), 0, 1)
-        if not cl.gpu_missing:
-            raw[:, _COL["gpu_util"]] = np.clip(0.9 * compute / step, 0, 1)
-        raw[:, _COL["mem_headroom"]] = 1.0 - (0.15 + 0.8 * b / cl.caps)
-        eff = self.statistical_efficiency(B)
-        phi = self.noise_scale()
+        nbytes_s = (2.0 * (n - 1) / n * cl.model_bytes if n > 1 else 0.0) / step
+        full = np.full(n, 1.0)
+        cpu = compute / step + 0.02 * z[n:2 * n]
+        np.clip(cpu, 0.0, 1.0, out=cpu)
+        gpu = full * NAN if cl.gpu_missing else 0.9 * compute / step
+        raw = np.column_stack((b, cl.caps, compute, full * step, step - compute, full * comm, full * nbytes_s,
+                               full * nbytes_s, cl.bw, cpu, gpu, 1.0 - (0.15 + 0.8 * b / cl.caps)))
+        progress = self.progress
+        phi = cl.phi0 * (1.0 + cl.growth * progress)
+        eff = (phi + cl.ref_global_batch) / (phi + B)
         thr = B / step
         _, g_oracle = self.oracle()
         # loss falls faster with more efficient progress; val loss turns up when B >> phi
-        loss_trend = -0.04 * eff * (1.0 - 0.7 * self.progress) + self.rng.normal(0, 0.005)
-        gen_excess = max(0.0, float(np.log2(B / (2.0 * phi))))
-        val_trend = loss_trend + 0.03 * gen_excess + self.rng.normal(0, 0.005)
-        gv_trend = self.prev_B / B - 1.0 + self.rng.normal(0, 0.02)
-        self.last_loss *= float(np.exp(loss_trend))
+        loss_trend = -0.04 * eff * (1.0 - 0.7 * progress) + 0.005 * z[-2]
+        gen_excess = max(0.0, math.log2(B / (2.0 * phi)))
+        val_trend = loss_trend + 0.03 * gen_excess + 0.005 * z[-3]
+        gv_trend = self.prev_B / B - 1.0 + 0.02 * z[-4]
+        self.last_loss *= math.exp(loss_trend)
         out = {
             "raw": raw, "step_s": step, "throughput": thr, "stat_eff": eff, "goodput": thr * eff,
             "oracle_goodput": g_oracle, "noise_scale": phi, "global_batch": B, "prev_global_batch": self.prev_B,
             "loss": self.last_loss, "loss_trend": loss_trend, "val_loss_trend": val_trend,
-            "grad_var_trend": gv_trend, "progress": self.progress, "idle": (compute.max() - compute) / step,
+            "grad_var_trend": gv_trend, "progress": progress, "idle": (compute.max() - compute) / step,
             "ref_global_batch": float(cl.ref_global_batch),
         }
         self.prev_B = B

@@ -40,16 +40,29 @@ def fit_affine(b: np.ndarray, t: np.ndarray) -> tuple[float, float]:
 
 
 def equal_time_split(alpha: np.ndarray, beta: np.ndarray, total: float, lo: float, hi: np.ndarray) -> np.ndarray:
-    """Continuous split of ``total`` making alpha_i + beta_i b_i equal, within [lo, hi_i]."""
-    t_lo, t_hi = 0.0, float(np.max(alpha + beta * hi))
-    b = np.clip((t_hi - alpha) / beta, lo, hi)
-    for _ in range(40):
-        t = 0.5 * (t_lo + t_hi)
-        b = np.clip((t - alpha) / beta, lo, hi)
-        if b.sum() > total:
-            t_hi = t
-        else:
-            t_lo = t
+    """Continuous split of ``total`` equalising alpha_i + beta_i b_i within [lo, hi_i].
+
+    Closed form T = (total - fixed + sum alpha/beta) / sum 1/beta over the unclipped ranks,
+    repeated after clipping the ranks that leave [lo, hi_i] (at most N rounds, usually 1-2)."""
+    n = alpha.size
+    b = np.empty(n)
+    free = np.ones(n, dtype=bool)
+    hi = np.asarray(hi, dtype=float)
+    for _ in range(n + 1):
+        fixed = float(b[~free].sum()) if (~free).any() else 0.0
+        inv = 1.0 / beta[free]
+        t = (total - fixed + float((alpha[free] * inv).sum())) / float(inv.sum())
+        cand = (t - alpha[free]) * inv
+        idx = np.flatnonzero(free)
+        low, high = cand < lo, cand > hi[idx]
+        if not (low.any() or high.any()):
+            b[idx] = cand
+            break
+        b[idx[low]] = lo
+        b[idx[high]] = hi[idx[high]]
+        free[idx[low | high]] = False
+        if not free.any():
+            break
     return b
 
 

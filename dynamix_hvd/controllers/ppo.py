@@ -8,6 +8,7 @@ training env (``dynamix_hvd.agent.actions``). Problems with the policy file rais
 """
 from __future__ import annotations
 
+import functools
 import os
 import zipfile
 from pathlib import Path
@@ -30,11 +31,25 @@ def default_policy_path() -> Path:
 
 
 def load_policy(path: str | os.PathLike | None = None):
-    """Load a SharedRowPolicy from an SB3 zip; returns (policy, dynamix_config)."""
+    """Load a SharedRowPolicy from an SB3 zip; returns (policy, dynamix_config).
+
+    Loaded policies are cached by (path, modification time): evaluation builds one controller per
+    episode and the policy is read-only at inference."""
     p = Path(path) if path is not None else default_policy_path()
+    if p.is_file():
+        return _load_cached(str(p.resolve()), p.stat().st_mtime_ns, path is None)
+    return _load_uncached(p, path is None)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int, is_default: bool):
+    return _load_uncached(Path(path), is_default)
+
+
+def _load_uncached(p: Path, is_default: bool):
     if not p.is_file():
         hint = ("the shipped default policy is missing from the package data; reinstall dynamix_hvd or "
-                "train one with `dynamix train-policy --out policy.zip`") if path is None else \
+                "train one with `dynamix train-policy --out policy.zip`") if is_default else \
                "train one with `dynamix train-policy --out policy.zip` or omit policy= to use the shipped default"
         raise PolicyLoadError(f"policy file {p} not found: {hint}")
     if not zipfile.is_zipfile(p):
@@ -61,7 +76,7 @@ class PPOController(Controller):
         from dynamix_hvd.agent.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig
         import torch
-        torch.manual_seed(seed)
+        torch.manual_seed(seed)   # only matters with deterministic=False
         self.policy_path = policy
         self.policy, cfg = load_policy(policy)
         self.net = self.policy.mlp_extractor

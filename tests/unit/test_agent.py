@@ -107,3 +107,19 @@ def test_shipped_default_policy_loads_if_present():
         pytest.skip("shipped policy not built yet")
     ctl = make_controller("ppo", PlanBounds(max_batch=(256,) * 4), 32)
     assert len(ctl.decide(_state(4, np.random.default_rng(0)))) == 4
+
+
+def test_env_and_controller_rollout_agree(tiny_policy):
+    """The env (training) and the PPO controller on ClusterState records (live path) see the same
+    observations and get the same return for the same simulated episode."""
+    ctl = make_controller("ppo", PlanBounds(max_batch=(64,) * 2), 32, policy=str(tiny_policy))
+    env = DynamixEnv(SMALL)
+    obs, info = env.reset(seed=0, options={"sim_seed": 5})
+    n, ret, done = info["n_workers"], 0.0, False
+    while not done:
+        idx, g = ctl.net.act_rows(obs[:n, 1:])
+        action = np.concatenate([idx, np.full(SMALL.n_max - n, 2), [g]])
+        obs, r, term, trunc, _ = env.step(action)
+        ret, done = ret + r, term or trunc
+    res = run_episode(ClusterSim(SMALL.sim), factory("ppo", policy=str(tiny_policy)), seed=5)
+    assert res.ret == pytest.approx(ret, rel=1e-9)
