@@ -12,6 +12,15 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 export PYTHONDONTWRITEBYTECODE=1
 OUT="$(mktemp -d)"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo)
+# Collective-timing library preloaded into every rank (tests/mpi/test_comm_*.py need it; other
+# tests only get their collectives recorded). DYNAMIX_REQUIRE_PMPI=1 turns its absence into a
+# failure instead of a skip.
+if PMPI_LIB="$("$PY" -m dynamix_hvd.launch --print-preload 2>/dev/null)"; then
+  MPIRUN+=(-x "LD_PRELOAD=$PMPI_LIB" -x DYNAMIX_REQUIRE_PMPI=1)
+else
+  echo "warning: libdynamix_pmpi.so not built; MPI collective-timing tests will fail" >&2
+  MPIRUN+=(-x DYNAMIX_REQUIRE_PMPI=1)
+fi
 cd "$REPO"
 status=0
 
