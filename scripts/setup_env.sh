@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent environment setup for dynamix_hvd. Does only what is missing:
 #   1. Open MPI + iproute2 from apt (needs root or sudo)
-#   2. a virtual environment ($DYNAMIX_VENV, default <repo>/.venv)
+#   2. a virtual environment: $DYNAMIX_VENV if set; else <repo>/.venv if it exists; else a
+#      shared one in $DYNAMIX_CACHE keyed by Python version, linked as <repo>/.venv (so a fresh
+#      clone on the same machine reuses it and its setup takes about a minute)
 #   3. torch==2.13.0, mpi4py (built against the system MPI), numpy, pybind11,
 #      stable-baselines3, gymnasium, test/bench tools
 #   4. Horovod 0.28.1 built from its PyPI sdist with PyTorch + MPI + Gloo, with the
@@ -14,9 +16,17 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${DYNAMIX_VENV:-$REPO/.venv}"
 CACHE="${DYNAMIX_CACHE:-$HOME/.cache/dynamix_hvd}"
 PY="${PYTHON:-python3}"
+if [ -n "${DYNAMIX_VENV:-}" ]; then
+  VENV="$DYNAMIX_VENV"
+elif [ -e "$REPO/.venv" ]; then
+  VENV="$REPO/.venv"
+else
+  VENV="$CACHE/venv-$("$PY" -c 'import sys;print(f"py{sys.version_info[0]}{sys.version_info[1]}")')"
+  mkdir -p "$CACHE"
+  ln -sfn "$VENV" "$REPO/.venv"
+fi
 HOROVOD_VERSION="0.28.1"
 TORCH_VERSION="2.13.0"
 T0=$(date +%s)
