@@ -44,7 +44,7 @@ def test_allreduce_exact_count_and_bytes(comm: MPI.Comm, reader: object) -> None
     assert (s.count, s.bytes) == (N, N * m * 8)
     tot1 = reader.totals(n.OP_ALLREDUCE, n.CLASS_DATA)
     assert (tot1.count - tot0.count, tot1.bytes - tot0.bytes) == (N, N * m * 8)
-    recs = [r for r in batch.records() if r["op"] == n.OP_ALLREDUCE]
+    recs = [r for r in batch.records() if r["op"] == n.OP_ALLREDUCE and r["cls"] == n.CLASS_DATA]
     assert all(r["end_ns"] >= r["start_ns"] and r["comm_size"] == comm.size for r in recs)
     assert {r["tid"] for r in recs} == {threading.get_native_id()}
     assert s.p50_s > 0 and s.bandwidth_Bps > 0
@@ -111,11 +111,11 @@ def test_control_plane_patterns_are_not_data(comm: MPI.Comm, reader: object) -> 
     comm.Bcast(length, root=0)
     comm.Bcast([bytearray(64), MPI.BYTE], root=0)  # MPI_BYTE payload, like the response list
     comm.Allgather(np.array([comm.rank], dtype=np.int32), np.empty(comm.size, dtype=np.int32))
-    batch = reader.read(cur)
-    all_ops = (1 << n.NUM_OPS) - 1
-    assert batch.summarize(all_ops, n.CLASS_DATA).count == 0
-    ctl = batch.summarize(all_ops, n.CLASS_CONTROL)
-    assert ctl.count == 5 and ctl.bytes == 32 + 32 + 4 + 64 + 4 * comm.size
+    # only this thread's records: an earlier test module may have started Horovod, whose
+    # background thread keeps sending its own control collectives meanwhile
+    mine = [r for r in reader.read(cur).records() if r["tid"] == threading.get_native_id()]
+    assert [r["cls"] for r in mine] == [n.CLASS_CONTROL] * 5
+    assert sum(r["bytes"] for r in mine) == 32 + 32 + 4 + 64 + 4 * comm.size
 
 
 def test_collector_window_sees_the_interval(comm: MPI.Comm, reader: object) -> None:
@@ -139,7 +139,9 @@ def test_recording_can_be_switched_off(comm: MPI.Comm, reader: object) -> None:
     try:
         cur = reader.head()
         comm.Allreduce(a, b)
-        assert reader.head() == cur
+        # (a collective already inside the wrapper on another thread may still land)
+        mine = [r for r in reader.read(cur).records() if r["tid"] == threading.get_native_id()]
+        assert mine == []
     finally:
         reader.set_enabled(True)
     comm.Allreduce(a, b)
