@@ -24,6 +24,7 @@ import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -155,10 +156,23 @@ class Dynamix:
         if self.rank == 0 and cfg.run_dir:
             Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
             self._events = open(Path(cfg.run_dir) / "events.jsonl", "a", buffering=1)  # noqa: SIM115
+        self.collector = self._start_collector() if cfg.collector else None
         if cfg.gns:
             for p in model.parameters():
                 if p.requires_grad:
                     p.register_hook(self._make_grad_hook(p))
+
+    def _start_collector(self) -> Any:
+        """The native NIC/CPU/memory sampler and collective-timing reader; None (one warning)
+        when it cannot run here: those WorkerStats fields then stay NaN ("no data")."""
+        try:
+            from dynamix_hvd.metrics import Collector, CollectorConfig
+
+            return Collector(CollectorConfig(period_s=self.config.collector_period_ms / 1000.0)).start()
+        except Exception as exc:  # noqa: BLE001 - metrics are optional, training is not
+            warnings.warn(f"dynamix: native metric collector unavailable on rank {self.rank} ({exc}); "
+                          "NIC/CPU/memory/allreduce metrics will be absent", RuntimeWarning, stacklevel=3)
+            return None
 
     # =====================================================================================
     # properties
@@ -362,6 +376,9 @@ class Dynamix:
             comm_s=iv.comm_s / steps if iv.steps else float("nan"),
             loss=iv.loss / iv.loss_n if iv.loss_n else float("nan"),
         )
+        if self.collector is not None:
+            for key, value in self.collector.window().worker_stats_fields(iv.steps or None).items():
+                setattr(ws, key, value)
         if self.metrics_fn is not None:
             self.metrics_fn(ws)
         return np.concatenate([ws.to_array(), [iv.gns_a, iv.gns_a2]])
@@ -467,6 +484,9 @@ class Dynamix:
         return payload
 
     def close(self) -> None:
+        if self.collector is not None:
+            self.collector.stop()
+            self.collector = None
         if self._events is not None:
             self._events.close()
             self._events = None
