@@ -45,7 +45,7 @@ py::dict snapshot_dict(const Snapshot& s, const std::vector<std::string>& names)
   d["links"] = links;
   if (s.host.node) d["node_cpu_jiffies"] = py::dict(py::arg("total") = s.host.node->total, py::arg("idle") = s.host.node->idle);
   else d["node_cpu_jiffies"] = py::none();
-  if (s.host.process) d["process"] = py::dict(py::arg("cpu_ticks") = s.host.process->cpu_ticks, py::arg("rss_pages") = s.host.process->rss_pages);
+  if (s.host.process) d["process"] = py::dict(py::arg("cpu_s") = s.host.process->cpu_ns * 1e-9, py::arg("rss_pages") = s.host.process->rss_pages);
   else d["process"] = py::none();
   if (s.host.mem) d["mem_kb"] = py::dict(py::arg("total") = s.host.mem->total_kb, py::arg("available") = s.host.mem->available_kb);
   else d["mem_kb"] = py::none();
@@ -82,6 +82,7 @@ PYBIND11_MODULE(_native, m) {
           if (!p) return py::none();
           return py::dict(py::arg("cpu_ticks") = p->cpu_ticks, py::arg("rss_pages") = p->rss_pages);
         }, py::arg("text"));
+  m.def("parse_statm_rss", [](const std::string& t) { return parse_statm_rss(t); }, py::arg("text"));
   m.def("parse_meminfo", [](const std::string& t) -> py::object {
           auto mi = parse_meminfo(t);
           if (!mi) return py::none();

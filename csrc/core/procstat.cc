@@ -1,5 +1,6 @@
 #include "core/procstat.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -88,6 +89,12 @@ std::optional<ProcessStat> parse_pid_stat(std::string_view text) {
   return ProcessStat{f[10] + f[11], f[20]};
 }
 
+std::optional<uint64_t> parse_statm_rss(std::string_view text) {
+  uint64_t f[2];
+  if (read_fields(text, 0, f, 2) != 2) return std::nullopt;
+  return f[1];
+}
+
 std::optional<MemInfo> parse_meminfo(std::string_view text) {
   auto total = meminfo_field(text, "MemTotal");
   if (!total) return std::nullopt;
@@ -103,7 +110,13 @@ std::optional<MemInfo> parse_meminfo(std::string_view text) {
 }
 
 HostReader::HostReader(const std::string& proc_root, const std::string& pid)
-    : stat_(proc_root + "/stat"), pid_stat_(proc_root + "/" + pid + "/stat"), meminfo_(proc_root + "/meminfo") {
+    : stat_(proc_root + "/stat"), meminfo_(proc_root + "/meminfo") {
+  live_self_ = (proc_root == "/proc" && pid == "self");
+  if (live_self_) {
+    statm_ = CounterFile(proc_root + "/self/statm");
+  } else {
+    pid_stat_ = CounterFile(proc_root + "/" + pid + "/stat");
+  }
   if (auto text = read_text_file(proc_root + "/stat")) {
     const int n = count_cpus(*text);
     if (n > 0) num_cpus_ = n;
@@ -120,8 +133,18 @@ HostReading HostReader::read() const {
   // Only the first line of /proc/stat and the first lines of meminfo are needed.
   long n = stat_.read_into(buf, 256);
   if (n > 0) r.node = parse_proc_stat(std::string_view(buf, static_cast<size_t>(n)));
-  n = pid_stat_.read_into(buf, sizeof(buf));
-  if (n > 0) r.process = parse_pid_stat(std::string_view(buf, static_cast<size_t>(n)));
+  if (live_self_) {
+    timespec ts;
+    n = statm_.read_into(buf, 128);
+    auto rss = n > 0 ? parse_statm_rss(std::string_view(buf, static_cast<size_t>(n))) : std::nullopt;
+    if (rss && clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0) {
+      r.process = ProcessStat{0, *rss, uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec)};
+    }
+  } else {
+    n = pid_stat_.read_into(buf, sizeof(buf));
+    if (n > 0) r.process = parse_pid_stat(std::string_view(buf, static_cast<size_t>(n)));
+    if (r.process) r.process->cpu_ns = r.process->cpu_ticks * (1000000000ull / uint64_t(ticks_));
+  }
   n = meminfo_.read_into(buf, 256);
   if (n > 0) r.mem = parse_meminfo(std::string_view(buf, static_cast<size_t>(n)));
   return r;

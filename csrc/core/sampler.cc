@@ -254,9 +254,9 @@ WindowRates Sampler::window_locked(size_t first, size_t last) const {
       if (dtot && didle && *dtot > 0 && *didle <= *dtot) w.node_cpu_util = 1.0 - double(*didle) / double(*dtot);
     }
     if (a.host.process && b.host.process) {
-      auto d = counter_delta(a.host.process->cpu_ticks, b.host.process->cpu_ticks, 64, kNoLimit);
+      auto d = counter_delta(a.host.process->cpu_ns, b.host.process->cpu_ns, 64, kNoLimit);
       if (d) {
-        w.process_cpu_cores = double(*d) / double(host_.ticks_per_second()) / dt;
+        w.process_cpu_cores = double(*d) * 1e-9 / dt;
         w.process_cpu_util = std::min(1.0, w.process_cpu_cores / host_.num_cpus());
       }
     }

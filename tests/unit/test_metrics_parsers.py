@@ -87,6 +87,11 @@ def test_pid_stat_with_spaces_and_parens_in_name() -> None:
     assert st_ == {"cpu_ticks": 300, "rss_pages": 2560}
 
 
+def test_statm_rss() -> None:
+    assert n.parse_statm_rss("1000 250 30 1 0 200 0\n") == 250
+    assert n.parse_statm_rss("garbage") is None
+
+
 def test_meminfo_fixture_and_old_kernel_fallback() -> None:
     assert n.parse_meminfo((FIX / "proc" / "meminfo").read_text()) == {"total_kb": 16000000, "available_kb": 4000000}
     assert n.parse_meminfo((FIX / "proc_old_kernel" / "meminfo").read_text()) == {"total_kb": 1000, "available_kb": 150}
