@@ -35,6 +35,7 @@ def _rank_series(run_dir: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray
 
     out = []
     for lg in rank_logs(run_dir):
+        lg = [r for r in lg if r.get("full", True)]   # hide epochs' short last steps
         if lg:
             out.append((np.array([r["t"] for r in lg]), np.array([r["b"] for r in lg]),
                         np.array([r["compute_s"] for r in lg])))

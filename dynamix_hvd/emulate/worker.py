@@ -115,12 +115,16 @@ def main(argv: list[str] | None = None) -> int:
             t1 = time.perf_counter()
             loop.optimizer.step()
             device.after_step()
+            sl = getattr(loop, "current_slice", None)   # all ranks' sizes of this step
+            total = int(sl.total) if sl is not None else loop.plan.global_batch
+            full = total == loop.plan.global_batch       # False for an epoch's short last step
             loop.step(loss.item())
             t2 = time.perf_counter()
             step += 1
-            samples += int(loop.plan.global_batch) if not args.plain else sum(sc.base_batch for _ in range(world))
-            steps_log.write(json.dumps({"t": round(clock(), 5), "step": step, "b": len(idx),
-                                        "compute_s": round(t1 - t0, 6), "step_s": round(t2 - t0, 6)}) + "\n")
+            samples += total
+            steps_log.write(json.dumps({"t": round(clock(), 5), "step": step, "b": len(idx), "B": total,
+                                        "full": full, "compute_s": round(t1 - t0, 6),
+                                        "step_s": round(t2 - t0, 6)}) + "\n")
             if step % sc.eval_every_steps == 0:  # the same steps on every rank (collective)
                 clock.pause()
                 t_now = clock()

@@ -26,6 +26,11 @@ pytestmark = pytest.mark.skipif(not OK, reason=f"network namespaces not permitte
 REPO = str(Path(__file__).resolve().parents[2])
 
 
+LISTEN = ("import socket; s = socket.socket(); s.bind(('0.0.0.0', 5588)); s.listen(1); print('ready', flush=True); "
+          "c, _ = s.accept(); print(c.recv(16).decode(), flush=True)")
+CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], 5588), timeout=5).sendall(b'hello')"
+
+
 def _exists(names: list[str]) -> list[str]:
     have = set(list_namespaces())
     return [n for n in names if n in have]
@@ -43,9 +48,13 @@ def test_setup_shapes_and_cleans_up() -> None:
         q = subprocess.run(["tc", "-n", c.rank_ns[1], "qdisc", "show", "dev", "veth0"],
                            capture_output=True, text=True).stdout
         assert ("tbf" in q and "20Mbit" in q) or "netem" in q
-        ping = subprocess.run(c.exec_prefix(0) + ["ping", "-c", "1", "-W", "2", c.address(1)],
-                              capture_output=True, text=True)
-        assert ping.returncode == 0, ping.stdout + ping.stderr
+        # TCP from rank 0's namespace to rank 1's, through the bridge
+        srv = subprocess.Popen(c.exec_prefix(1) + [sys.executable, "-c", LISTEN], stdout=subprocess.PIPE, text=True)
+        assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
+        cli = subprocess.run(c.exec_prefix(0) + [sys.executable, "-c", CONNECT, c.address(1)],
+                             capture_output=True, text=True, timeout=30)
+        assert cli.returncode == 0, cli.stderr
+        assert srv.stdout.readline().strip() == "hello" and srv.wait(timeout=10) == 0
     assert _exists(names) == []
     c.cleanup()  # idempotent
     c.cleanup()
