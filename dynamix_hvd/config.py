@@ -45,6 +45,10 @@ class DynamixConfig:
     collector_period_ms: int = 100
     run_dir: str | None = None           # events.jsonl (+ TensorBoard) written here by rank 0
     checkpoint_every: int = 0            # steps between automatic checkpoints (0 = off)
+    fallback_controller: str = "proportional"  # used when the controller fails or the guard fires
+    guard_drop: float = 0.10             # goodput drop that counts as bad after a learned decision
+    guard_patience: int = 2              # bad intervals in a row before falling back
+    tensorboard: bool = True             # TensorBoard scalars in run_dir/tb (rank 0)
     controller_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------
@@ -84,6 +88,10 @@ class DynamixConfig:
              "an integer >= 1 (milliseconds)")
         need(self.run_dir is None or isinstance(self.run_dir, str), "run_dir", "None or a directory path")
         need(is_int(self.checkpoint_every) and self.checkpoint_every >= 0, "checkpoint_every", "an integer >= 0")
+        need(self.fallback_controller in CONTROLLERS, "fallback_controller", f"one of {CONTROLLERS}")
+        need(isinstance(self.guard_drop, (int, float)) and 0 < self.guard_drop < 1, "guard_drop", "a number in (0, 1)")
+        need(is_int(self.guard_patience) and self.guard_patience >= 1, "guard_patience", "an integer >= 1")
+        need(isinstance(self.tensorboard, bool), "tensorboard", "true or false")
         need(isinstance(self.controller_kwargs, Mapping), "controller_kwargs", "a table / dict")
         return self
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import math
 import os
 import time
@@ -40,7 +39,9 @@ from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.lr import LRScaler, lr_factor
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
-from dynamix_hvd.stats import NoiseScaleEstimator, Trend
+from dynamix_hvd.observe import RunLogger
+from dynamix_hvd.safety import ControllerErrors, GoodputGuard
+from dynamix_hvd.stats import NoiseScaleEstimator, Trend, statistical_efficiency
 
 N_EXTRA = 2  # per-rank GNS sums appended to the WorkerStats row
 
@@ -152,10 +153,10 @@ class Dynamix:
         self._capture = False
         self._last_action: np.ndarray | None = None
         self._t_start = time.perf_counter()
-        self._events = None
-        if self.rank == 0 and cfg.run_dir:
-            Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-            self._events = open(Path(cfg.run_dir) / "events.jsonl", "a", buffering=1)  # noqa: SIM115
+        self.log = RunLogger(cfg.run_dir if self.rank == 0 else None, tensorboard=cfg.tensorboard)
+        self._errors = ControllerErrors()
+        self._guard = GoodputGuard(drop=cfg.guard_drop, patience=cfg.guard_patience)
+        self._changed_last = False
         self.collector = self._start_collector() if cfg.collector else None
         if cfg.gns:
             for p in model.parameters():
@@ -392,14 +393,13 @@ class Dynamix:
             workers = [WorkerStats.from_array(r[:-N_EXTRA]) for r in rows]
             glob = self._global_stats(step, rows[:, -N_EXTRA:])
             state = ClusterState(plan=self.sampler.plans.latest, workers=workers, glob=glob, last_action=self._last_action)
+            record = {"t": time.perf_counter() - self._t_start, "step": step + 1}
             t0 = time.perf_counter()
-            proposed = self.controller.decide(state)
-            start = step + 1 + self.lag_steps
-            proposal = next_plan(self.sampler.plans.latest, proposed, self.bounds, start)
-            record = {"t": time.perf_counter() - self._t_start, "step": step + 1, "controller": self.controller.name,
-                      "decide_ms": 1e3 * (time.perf_counter() - t0), "plan": list(self.plan.batch_sizes),
-                      "proposed": [float(x) for x in proposed], "next_plan": proposal.to_dict(),
-                      "glob": dataclasses.asdict(glob), "workers": [dataclasses.asdict(w) for w in workers]}
+            proposal, proposed = self._propose(state, step, record)
+            record.update({"controller": self.controller.name, "decide_ms": 1e3 * (time.perf_counter() - t0),
+                           "plan": list(self.plan.batch_sizes), "proposed": [float(x) for x in proposed],
+                           "next_plan": proposal.to_dict(), "glob": dataclasses.asdict(glob),
+                           "workers": [dataclasses.asdict(w) for w in workers]})
         plan = self.comm.bcast_plan(proposal)
         if plan.version != self.sampler.plans.latest.version:
             self.sampler.plans.add(plan)
@@ -407,9 +407,43 @@ class Dynamix:
                 self._last_action = np.asarray(plan.batch_sizes, dtype=float) - np.asarray(
                     self.sampler.plans.at(step).batch_sizes, dtype=float)
         self.sampler.plans.prune(step)
-        if self._events is not None:
-            self._events.write(json.dumps(record, default=_json_default) + "\n")
+        if self.rank == 0:
+            self.log.decision(record, lr=float(self.optimizer.param_groups[0]["lr"]))
         self._interval = _Interval()
+
+    def _propose(self, state: ClusterState, step: int, record: dict[str, Any]) -> tuple[Plan, Any]:
+        """Rank 0: the controller's proposal through the guards and next_plan. Never raises
+        for a controller fault: the plan stays and, after repeated faults, the fallback
+        controller takes over (logged as an event)."""
+        assert self.controller is not None
+        current = self.sampler.plans.latest
+        goodput = state.glob.samples_per_s * statistical_efficiency(
+            current.global_batch, self.base_global_batch, state.glob.noise_scale)
+        if self.controller.name == "ppo" and self._guard.observe(goodput, self._changed_last):
+            self._fall_back(record, f"goodput fell more than {self.config.guard_drop:.0%} for "
+                                    f"{self.config.guard_patience} intervals after PPO decisions")
+        try:
+            proposed = self.controller.decide(state)
+            proposal = next_plan(current, proposed, self.bounds, step + 1 + self.lag_steps)
+            self._errors.ok()
+        except Exception as exc:  # noqa: BLE001 - a controller fault must not stop training
+            warnings.warn(f"dynamix: controller {self.controller.name!r} failed: {exc!r}; plan unchanged",
+                          RuntimeWarning, stacklevel=2)
+            record["controller_error"] = repr(exc)
+            if self._errors.failed():
+                self._fall_back(record, f"controller raised {self._errors.max_errors} times in a row: {exc!r}")
+            proposed, proposal = list(current.batch_sizes), current
+        self._changed_last = proposal is not current
+        record["goodput"] = goodput
+        return proposal, proposed
+
+    def _fall_back(self, record: dict[str, Any], reason: str) -> None:
+        old = self.controller.name if self.controller else "?"
+        self.controller = make_controller(self.config.fallback_controller, self.bounds, self.config.base_batch)
+        self._errors.ok()
+        record["fallback"] = {"from": old, "to": self.controller.name, "reason": reason}
+        warnings.warn(f"dynamix: falling back from {old!r} to {self.controller.name!r}: {reason}",
+                      RuntimeWarning, stacklevel=3)
 
     def _global_stats(self, step: int, extra: np.ndarray) -> GlobalStats:
         iv = self._interval
@@ -487,9 +521,7 @@ class Dynamix:
         if self.collector is not None:
             self.collector.stop()
             self.collector = None
-        if self._events is not None:
-            self._events.close()
-            self._events = None
+        self.log.close()
         self.comm.free()
 
 
@@ -502,12 +534,3 @@ class _BatchSampler:
     def __iter__(self) -> Iterator[list[int]]:
         for mb in self.dyn._generate(self.epoch):
             yield mb.tolist()
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
-

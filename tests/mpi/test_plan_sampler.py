@@ -85,3 +85,46 @@ def test_lr_rule_follows_global_batch(comm):
         expect = base_lr * dyn.plan.global_batch / (9 * comm.Get_size())
         assert np.isclose(dyn.optimizer.param_groups[0]["lr"], expect), (dyn.plan, expect)
     dyn.close()
+
+
+class FaultyController(ScriptedController):
+    name = "faulty"
+
+    def decide(self, state):
+        raise RuntimeError("boom")
+
+
+def test_controller_fault_keeps_plan_then_falls_back(comm, tmp_path_factory):
+    world = comm.Get_size()
+    x, y = make_data(n=400)
+    model = make_model()
+    run_dir = comm.bcast(str(tmp_path_factory.mktemp("run")) if comm.Get_rank() == 0 else None)
+    bounds = PlanBounds(max_batch=(64,) * world)
+    ctl = FaultyController(bounds, 8, [[8] * world]) if comm.Get_rank() == 0 else None
+    cfg = DynamixConfig(base_batch=8, interval_steps=2, fallback_controller="static", run_dir=run_dir)
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg,
+                  controller=ctl)
+    with pytest.warns(RuntimeWarning) if comm.Get_rank() == 0 else _nullcontext():
+        for idx in dyn.batches(0):
+            dyn.optimizer.zero_grad()
+            dyn.backward(F.cross_entropy(model(x[idx]), y[idx]))
+            dyn.optimizer.step()
+            dyn.step(0.0)
+    assert dyn.plan.batch_sizes == (8,) * world
+    dyn.close()
+    if comm.Get_rank() == 0:
+        import json
+        from pathlib import Path
+        assert dyn.controller.name == "static"
+        events = [json.loads(line) for line in (Path(run_dir) / "events.jsonl").read_text().splitlines()]
+        assert sum("controller_error" in e for e in events) == 3
+        assert [e["fallback"]["to"] for e in events if "fallback" in e] == ["static"]
+        assert list((Path(run_dir) / "tb").glob("events.out.tfevents.*")), "no TensorBoard event file"
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False

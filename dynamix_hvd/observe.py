@@ -1,0 +1,84 @@
+"""What rank 0 shows about a run: one JSON line per decision or event in
+``run_dir/events.jsonl`` and TensorBoard scalars in ``run_dir/tb`` (per-rank batch size, step
+time, idle fraction, noise scale, LR, global batch, throughput, fallback events)."""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+class RunLogger:
+    """Rank 0's event log and TensorBoard writer. Cheap no-op when ``run_dir`` is None."""
+
+    def __init__(self, run_dir: str | None, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir) if run_dir else None
+        self._events = None
+        self._tb = None
+        if self.run_dir is None:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._events = open(self.run_dir / "events.jsonl", "a", buffering=1)  # noqa: SIM115
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(log_dir=str(self.run_dir / "tb"))
+            except Exception as exc:  # noqa: BLE001 - tensorboard is optional
+                warnings.warn(f"dynamix: TensorBoard logging disabled ({exc})", RuntimeWarning, stacklevel=2)
+
+    def event(self, record: dict[str, Any]) -> None:
+        if self._events is not None:
+            self._events.write(json.dumps(record, default=_json_default) + "\n")
+
+    def decision(self, record: dict[str, Any], lr: float) -> None:
+        self.event(record)
+        if self._tb is None:
+            return
+        step = int(record["step"])
+        tb = self._tb
+        for w in record["workers"]:
+            r = w["rank"]
+            tb.add_scalar(f"rank{r}/batch_size", w["batch_size"], step)
+            for key in ("step_s", "compute_s", "comm_s", "nic_tx_Bps", "cpu_util", "mem_headroom"):
+                v = w.get(key, float("nan"))
+                if v is not None and math.isfinite(v):
+                    tb.add_scalar(f"rank{r}/{key}", v, step)
+            if w.get("step_s") and math.isfinite(w["step_s"]) and w["step_s"] > 0 and math.isfinite(w["comm_s"]):
+                tb.add_scalar(f"rank{r}/idle_fraction", w["comm_s"] / w["step_s"], step)
+        g = record["glob"]
+        for key in ("noise_scale", "loss", "loss_trend", "samples_per_s"):
+            v = g.get(key)
+            if v is not None and math.isfinite(v):
+                tb.add_scalar(f"global/{key}", v, step)
+        tb.add_scalar("global/global_batch", sum(record["next_plan"]["batch_sizes"]), step)
+        tb.add_scalar("global/lr", lr, step)
+        tb.add_scalar("global/decide_ms", record["decide_ms"], step)
+        if record.get("fallback"):
+            tb.add_scalar("events/fallback", 1.0, step)
+        if record.get("reward") is not None and math.isfinite(record["reward"]):
+            tb.add_scalar("global/reward", record["reward"], step)
+
+    def flush(self) -> None:
+        if self._tb is not None:
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
