@@ -57,5 +57,9 @@ class Comm:
         self.comm.Abort(code)
 
     def free(self) -> None:
-        if self.comm != self._MPI.COMM_NULL:
-            self.comm.Free()
+        """Release the private communicator (idempotent; a no-op once MPI is finalized)."""
+        MPI = self._MPI
+        if self.comm == MPI.COMM_NULL or MPI.Is_finalized():
+            return
+        self.comm.Free()
+        self.comm = MPI.COMM_NULL

@@ -22,6 +22,7 @@ import collections
 import dataclasses
 import math
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -158,6 +159,7 @@ class Dynamix:
         self._guard = GoodputGuard(drop=cfg.guard_drop, patience=cfg.guard_patience)
         self._changed_last = False
         self.collector = self._start_collector() if cfg.collector else None
+        _install_abort_on_uncaught(self.rank, self.world)
         if cfg.gns:
             for p in model.parameters():
                 if p.requires_grad:
@@ -523,6 +525,26 @@ class Dynamix:
             self.collector = None
         self.log.close()
         self.comm.free()
+
+
+def _install_abort_on_uncaught(rank: int, world: int) -> None:
+    """An uncaught exception on any rank prints the rank and the error, then aborts the whole
+    MPI job (as ``python -m mpi4py`` does), so the other ranks never hang in a collective."""
+    previous = sys.excepthook
+    if getattr(previous, "_dynamix", False):
+        return
+
+    def hook(etype: type[BaseException], value: BaseException, tb: Any) -> None:
+        sys.stderr.write(f"dynamix: rank {rank} of {world} failed with {etype.__name__}: {value}; "
+                         "aborting the job\n")
+        previous(etype, value, tb)
+        sys.stderr.flush()
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(1)
+
+    hook._dynamix = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 class _BatchSampler:

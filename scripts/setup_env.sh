@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent environment setup for dynamix_hvd. Does only what is missing:
-#   1. Open MPI + iproute2 from apt (needs root or sudo)
+#   1. Open MPI, iproute2 (ip netns, tc) and ping from apt (needs root or sudo)
 #   2. a virtual environment: $DYNAMIX_VENV if set; else <repo>/.venv if it exists; else a
 #      shared one in $DYNAMIX_CACHE keyed by Python version, linked as <repo>/.venv (so a fresh
 #      clone on the same machine reuses it and its setup takes about a minute)
@@ -38,6 +38,7 @@ command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin)
 [ -e /usr/include/x86_64-linux-gnu/openmpi/mpi.h ] || [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] \
   || dpkg -s libopenmpi-dev >/dev/null 2>&1 || need_apt+=(libopenmpi-dev)
 command -v tc >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
