@@ -131,9 +131,9 @@ class Dynamix:
         self.sampler = ExactOnceSampler(dataset_size, first, seed=cfg.seed, shuffle=cfg.shuffle,
                                         accumulation=cfg.accumulation)
         self.controller: Controller | None = None
+        self._startup_events: list[dict[str, Any]] = []
         if self.rank == 0:
-            self.controller = controller or make_controller(cfg.controller, self.bounds, cfg.base_batch,
-                                                            **dict(cfg.controller_kwargs))
+            self.controller = controller or self._build_controller()
         self.base_global_batch = cfg.base_global_batch or cfg.base_batch * self.world
         self.lr = LRScaler(cfg.lr_rule)
         self.noise = NoiseScaleEstimator(beta=cfg.gns_beta)
@@ -155,6 +155,8 @@ class Dynamix:
         self._last_action: np.ndarray | None = None
         self._t_start = time.perf_counter()
         self.log = RunLogger(cfg.run_dir if self.rank == 0 else None, tensorboard=cfg.tensorboard)
+        for event in self._startup_events:
+            self.log.event(event)
         self._errors = ControllerErrors()
         self._guard = GoodputGuard(drop=cfg.guard_drop, patience=cfg.guard_patience)
         self._changed_last = False
@@ -164,6 +166,21 @@ class Dynamix:
             for p in model.parameters():
                 if p.requires_grad:
                     p.register_hook(self._make_grad_hook(p))
+
+    def _build_controller(self) -> Controller:
+        """The configured controller; if it cannot be built (e.g. a missing or corrupt policy
+        file) the fallback controller is used instead, named in a warning and the event log."""
+        cfg = self.config
+        try:
+            return make_controller(cfg.controller, self.bounds, cfg.base_batch, **dict(cfg.controller_kwargs))
+        except Exception as exc:  # noqa: BLE001 - any build failure: run on the fallback
+            if cfg.controller == cfg.fallback_controller:
+                raise
+            warnings.warn(f"dynamix: controller {cfg.controller!r} could not be built ({exc}); "
+                          f"using the fallback controller {cfg.fallback_controller!r}", RuntimeWarning, stacklevel=3)
+            self._startup_events.append({"step": 0, "fallback": {"from": cfg.controller,
+                                                                 "to": cfg.fallback_controller, "reason": str(exc)}})
+            return make_controller(cfg.fallback_controller, self.bounds, cfg.base_batch)
 
     def _start_collector(self) -> Any:
         """The native NIC/CPU/memory sampler and collective-timing reader; None (one warning)

@@ -66,23 +66,27 @@ def test_run_mpirun_records_exact_allreduces(tmp_path: Path) -> None:
         for _ in range(50):
             c.Allreduce(a, b)
         t1 = r.totals(n.OP_ALLREDUCE, n.CLASS_DATA)
-        print(json.dumps({"rank": c.rank, "available": r.available, "count": t1.count - t0.count,
-                          "bytes": t1.bytes - t0.bytes, "sum": float(b[0])}), flush=True)
+        row = json.dumps({"rank": c.rank, "available": r.available, "count": t1.count - t0.count,
+                          "bytes": t1.bytes - t0.bytes, "sum": float(b[0])})
+        open(__file__ + f".{c.rank}.json", "w").write(row)  # one file per rank: stdout lines can interleave
     """))
     p = dynamix("run", "--", "mpirun", *MPI_ARGS, "-np", "2", PY, "-m", "mpi4py", str(script))
     assert p.returncode == 0, p.stderr
-    rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    rows = [json.loads(Path(f"{script}.{r}.json").read_text()) for r in range(2)]
     assert sorted(r["rank"] for r in rows) == [0, 1]
     for r in rows:
         assert r == {"rank": r["rank"], "available": True, "count": 50, "bytes": 50 * 4096 * 4, "sum": 2.0}
 
 
 @needs_mpirun
-def test_probe_under_mpirun_one_line_per_rank() -> None:
-    p = dynamix("run", "--", "mpirun", *MPI_ARGS, "-np", "2", PY, "-m", "dynamix_hvd.cli", "probe", "--window",
-                "0.2", "--interfaces", "lo", "--no-gpu")
+def test_probe_under_mpirun_one_line_per_rank(tmp_path: Path) -> None:
+    # per-rank output files: two ranks' stdout lines may interleave on mpirun's own stdout
+    p = dynamix("run", "--", "mpirun", *MPI_ARGS, "--output-filename", str(tmp_path / "out"), "-np", "2", PY,
+                "-m", "dynamix_hvd.cli", "probe", "--window", "0.2", "--interfaces", "lo", "--no-gpu")
     assert p.returncode == 0, p.stderr
-    snaps = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    files = sorted((tmp_path / "out").rglob("stdout"))
+    assert len(files) == 2, files
+    snaps = [json.loads(l) for f in files for l in f.read_text().splitlines() if l.startswith("{")]
     assert sorted(s["rank"] for s in snaps) == [0, 1] and all(s["size"] == 2 for s in snaps)
     assert all(s["collectives"]["available"] for s in snaps)
     assert all("lo" in s["network"] for s in snaps)

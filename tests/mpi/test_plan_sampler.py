@@ -128,3 +128,21 @@ class _nullcontext:
 
     def __exit__(self, *a):
         return False
+
+
+def test_missing_policy_file_falls_back_named_in_log(comm, tmp_path_factory):
+    x, y = make_data(n=200)
+    model = make_model()
+    run_dir = comm.bcast(str(tmp_path_factory.mktemp("run")) if comm.Get_rank() == 0 else None)
+    cfg = DynamixConfig(base_batch=8, controller="ppo", controller_kwargs={"policy": "/nonexistent/policy.zip"},
+                        fallback_controller="proportional", run_dir=run_dir)
+    with pytest.warns(RuntimeWarning, match="fallback controller 'proportional'") if comm.Get_rank() == 0 \
+            else _nullcontext():
+        dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
+    dyn.close()
+    if comm.Get_rank() == 0:
+        import json
+        from pathlib import Path
+        assert dyn.controller.name == "proportional"
+        first = json.loads((Path(run_dir) / "events.jsonl").read_text().splitlines()[0])
+        assert first["fallback"]["from"] == "ppo" and "not found" in first["fallback"]["reason"]

@@ -1,0 +1,97 @@
+"""Tries bad inputs against every user-facing parser and prints a Markdown table of what each
+produced (exception type and message). Reproduce the README table with:
+
+    .venv/bin/python scripts/bad_inputs.py
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+TMP = Path(tempfile.mkdtemp(prefix="dynamix-bad-"))
+
+
+def f(name: str, text: str | bytes) -> Path:
+    p = TMP / name
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return p
+
+
+def cases() -> list[tuple[str, Callable[[], object]]]:
+    from dynamix_hvd import checkpoint
+    from dynamix_hvd.config import DynamixConfig
+    from dynamix_hvd.controllers import make_controller
+    from dynamix_hvd.data import ExactOnceSampler
+    from dynamix_hvd.emulate.scenario import load_scenario, parse_scenario
+    from dynamix_hvd.lr import lr_factor
+    from dynamix_hvd.plan import Plan, PlanBounds
+
+    ok_workers = "[[workers]]\nfixed_ms = 1\nper_sample_ms = 0.1\nmax_batch = 64\nbandwidth_mbit = 100\nlatency_ms = 1\n"
+    head = 'name = "x"\nworkload = "mnist1d_mlp"\ntarget_accuracy = 0.5\nmax_time_s = 60\nbase_batch = 32\nseed = 0\n'
+    b2 = PlanBounds(max_batch=(64, 64))
+    return [
+        ("config `base_batch=0`", lambda: DynamixConfig.load(env={}, base_batch=0)),
+        ("config `base_batch='32'` (a string)", lambda: DynamixConfig.load(env={}, base_batch="32")),
+        ("config `controller='pid'`", lambda: DynamixConfig.load(env={}, controller="pid")),
+        ("config `interval_steps=0`", lambda: DynamixConfig.load(env={}, interval_steps=0)),
+        ("config `deadband=1.5`", lambda: DynamixConfig.load(env={}, deadband=1.5)),
+        ("config `lr_rule='cosine'`", lambda: DynamixConfig.load(env={}, lr_rule="cosine")),
+        ("config `max_batch=0`", lambda: DynamixConfig.load(env={}, max_batch=0)),
+        ("config `max_batch` with 3 values in a 2-rank job",
+         lambda: DynamixConfig(base_batch=4, max_batch=(4, 4, 4)).validate(world_size=2)),
+        ("config `base_batch=2048` above `max_batch=1024`", lambda: DynamixConfig.load(env={}, base_batch=2048)),
+        ("config unknown keyword `batch=3`", lambda: DynamixConfig.load(env={}, batch=3)),
+        ("config `accumulation=0`", lambda: DynamixConfig.load(env={}, accumulation=0)),
+        ("config `guard_drop=2`", lambda: DynamixConfig.load(env={}, guard_drop=2.0)),
+        ("env `DYNAMIX_DEADBAND=x`", lambda: DynamixConfig.load(env={"DYNAMIX_DEADBAND": "x"})),
+        ("env `DYNAMIX_SHUFFLE=maybe`", lambda: DynamixConfig.load(env={"DYNAMIX_SHUFFLE": "maybe"})),
+        ("env `DYNAMIX_MAX_BATCH=64,abc`", lambda: DynamixConfig.load(env={"DYNAMIX_MAX_BATCH": "64,abc"})),
+        ("config file that does not exist", lambda: DynamixConfig.load(TMP / "nope.toml", env={})),
+        ("config file with broken TOML", lambda: DynamixConfig.load(f("broken.toml", "base_batch = ["), env={})),
+        ("config file with unknown key", lambda: DynamixConfig.load(f("unk.toml", "batchsize = 3\n"), env={})),
+        ("plan with a negative batch size", lambda: Plan(0, (4, -1))),
+        ("plan whose sizes sum to 0", lambda: Plan(0, (0, 0))),
+        ("plan record missing `start_step`", lambda: Plan.from_dict({"version": 1, "batch_sizes": [1]})),
+        ("bounds `quantum=0`", lambda: PlanBounds(max_batch=(8,), quantum=0)),
+        ("sampler over an empty dataset", lambda: ExactOnceSampler(0, Plan(0, (1,)))),
+        ("sampler resumed from another dataset's checkpoint",
+         lambda: ExactOnceSampler(101, Plan(0, (4,))).load_state_dict(ExactOnceSampler(100, Plan(0, (4,))).state_dict())),
+        ("checkpoint that does not exist", lambda: checkpoint.load(TMP / "none.pt")),
+        ("checkpoint with garbage bytes", lambda: checkpoint.load(f("bad.pt", b"\x00garbage"))),
+        ("checkpoint not written by dynamix", lambda: (__import__("torch").save({"model": 1}, TMP / "other.pt"),
+                                                       checkpoint.load(TMP / "other.pt"))),
+        ("unknown controller name", lambda: make_controller("pid", b2, 8)),
+        ("LR rule `cosine`", lambda: lr_factor("cosine", 64, 32)),
+        ("scenario with unknown worker key", lambda: parse_scenario(head + ok_workers + "gpu = 1\n")),
+        ("scenario with negative `per_sample_ms`",
+         lambda: parse_scenario(head + ok_workers.replace("per_sample_ms = 0.1", "per_sample_ms = -1"))),
+        ("scenario without `[[workers]]`", lambda: parse_scenario(head)),
+        ("scenario missing `target_accuracy`",
+         lambda: parse_scenario(head.replace("target_accuracy = 0.5\n", "") + ok_workers)),
+        ("scenario event for rank 7 of 1", lambda: parse_scenario(head + ok_workers + "[[events]]\nat_s = 1\nrank = 7\nfixed_ms = 2\n")),
+        ("scenario file that does not exist", lambda: load_scenario(TMP / "missing.toml")),
+        ("scenario file with broken TOML", lambda: load_scenario(f("s.toml", "name = "))),
+        ("PPO policy file that does not exist", lambda: make_controller("ppo", b2, 8, policy=str(TMP / "p.zip"))),
+        ("PPO policy file that is not a zip", lambda: make_controller("ppo", b2, 8, policy=str(f("p.zip", b"junk")))),
+    ]
+
+
+def main() -> None:
+    rows = cases()
+    print("| # | bad input | what it produced |")
+    print("|---|---|---|")
+    for i, (what, fn) in enumerate(rows, 1):
+        try:
+            fn()
+            out = "**accepted (no error)**"
+        except Exception as exc:  # noqa: BLE001 - the point is to show what each raises
+            msg = str(exc).replace("|", "\\|").replace("\n", " ")
+            if len(msg) > 180:
+                msg = msg[:177] + "..."
+            out = f"`{type(exc).__name__}`: {msg}"
+        print(f"| {i} | {what} | {out} |")
+
+
+if __name__ == "__main__":
+    main()
