@@ -16,6 +16,7 @@ time_to_target_s  training-clock seconds until the first evaluation at or above 
                   (evaluation pauses the clock); null when not reached within max_time_s
 balance_efficiency mean over steps of  sum_i compute_i / (N * max_i compute_i)  (1 = no waiting)
 decisions         number of plan changes the controller made
+With ``--repeats N`` each entry holds medians and the N runs under "repeats".
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-time-s", type=float, default=None, help="override the scenario's training budget")
     p.add_argument("--until", choices=("target", "budget"), default="budget",
                    help="stop each run at the target accuracy or train the whole budget (default)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run the controller list this many times, interleaved; report medians")
     p.add_argument("--python", default=sys.executable, help="interpreter for the ranks")
 
 
@@ -179,9 +182,28 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
 
 
+def combine(ms: list[dict[str, Any]]) -> dict[str, Any]:
+    """One controller's entry from its repeats: medians (time to target: median of the repeats,
+    null when most did not reach it), plus the per-repeat entries under "repeats"."""
+    ok = [m for m in ms if "error" not in m]
+    if not ok:
+        return ms[0]
+    if len(ms) == 1:
+        return ok[0]
+    out = dict(ok[0])
+    ttt = [m["time_to_target_s"] for m in ok]
+    reached = sorted(t for t in ttt if t is not None)
+    out["time_to_target_s"] = float(np.median(reached)) if 2 * len(reached) > len(ttt) else None
+    for k in ("final_accuracy", "samples_per_s", "balance_efficiency", "train_time_s", "wall_s"):
+        out[k] = float(np.median([m[k] for m in ok]))
+    out["decisions"] = int(np.median([m["decisions"] for m in ok]))
+    out["repeats"] = ms
+    return out
+
+
 def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = False,
           max_time_s: float | None = None, until: str = "budget", python: str = sys.executable,
-          log: Any = print) -> dict[str, Any]:
+          log: Any = print, repeats: int = 1) -> dict[str, Any]:
     sc = override(load_scenario(scenario), max_time_s=max_time_s)
     out.mkdir(parents=True, exist_ok=True)
     scenario_file = out / "scenario.toml"
@@ -203,23 +225,27 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
         f"{sc.target_accuracy}, budget {sc.max_time_s:.0f} s, until {until}); network: {net}")
     results: dict[str, Any] = {"scenario": sc.name, "target_accuracy": sc.target_accuracy, "controllers": {},
                                "network": net, "until": until, "max_time_s": sc.max_time_s,
-                               "world_size": sc.world_size, "workload": sc.workload}
-    for name in controllers:
-        t0 = time.time()
-        run_dir = out / name
-        rc, cmd = run_one(sc, scenario_file, name, run_dir, use_netns, until, python, log)
-        if rc == 0 and (run_dir / "summary.json").exists():
-            m = run_metrics(run_dir)
-            results["controllers"][name] = m
-            ttt = m["time_to_target_s"]
-            log(f"  {name:<13} time to target {('%.1f s' % ttt) if ttt is not None else 'not reached':>12}  "
-                f"final acc {m['final_accuracy']:.3f}  {m['samples_per_s']:.0f} samples/s  "
-                f"balance {m['balance_efficiency']:.2f}  plan {m['final_plan']}  ({time.time() - t0:.0f} s wall)")
-        else:
-            tail = (run_dir / "mpirun.log").read_text()[-1500:] if (run_dir / "mpirun.log").exists() else ""
-            results["controllers"][name] = {"error": f"exit code {rc}", "log_tail": tail}
-            log(f"  {name}: FAILED (exit {rc}); see {run_dir / 'mpirun.log'}\n{tail}")
-        (out / "results.json").write_text(json.dumps(_clean(results), indent=1))
+                               "world_size": sc.world_size, "workload": sc.workload, "repeats": repeats}
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in controllers}
+    for rep in range(repeats):               # interleaved, so slow drifts of the host hit all alike
+        for name in controllers:
+            t0 = time.time()
+            run_dir = out / (name if rep == 0 else f"{name}.r{rep}")
+            rc, cmd = run_one(sc, scenario_file, name, run_dir, use_netns, until, python, log)
+            tag = name if repeats == 1 else f"{name} #{rep + 1}"
+            if rc == 0 and (run_dir / "summary.json").exists():
+                m = run_metrics(run_dir)
+                runs[name].append(m)
+                ttt = m["time_to_target_s"]
+                log(f"  {tag:<13} time to target {('%.1f s' % ttt) if ttt is not None else 'not reached':>12}  "
+                    f"final acc {m['final_accuracy']:.3f}  {m['samples_per_s']:.0f} samples/s  "
+                    f"balance {m['balance_efficiency']:.2f}  plan {m['final_plan']}  ({time.time() - t0:.0f} s wall)")
+            else:
+                tail = (run_dir / "mpirun.log").read_text()[-1500:] if (run_dir / "mpirun.log").exists() else ""
+                runs[name].append({"error": f"exit code {rc}", "log_tail": tail})
+                log(f"  {tag}: FAILED (exit {rc}); see {run_dir / 'mpirun.log'}\n{tail}")
+            results["controllers"] = {n: combine(r) for n, r in runs.items() if r}
+            (out / "results.json").write_text(json.dumps(_clean(results), indent=1))
     try:
         from dynamix_hvd.report import plot_bench
 
@@ -250,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         results = bench(args.scenario, names, Path(args.out), args.no_netns, args.max_time_s, args.until,
-                        args.python)
+                        args.python, repeats=max(1, args.repeats))
     except ScenarioError as exc:
         print(f"dynamix bench: {exc}", file=sys.stderr)
         return 2
