@@ -39,7 +39,6 @@ MODEL_FAMILIES: dict[str, tuple[float, float]] = {
     "large": (60.0, 500.0),   # ResNets, transformers
     "any": (1.0, 500.0),
 }
-_COL = {n: i for i, n in enumerate(RAW_WORKER_FIELDS)}
 
 
 @dataclass(frozen=True)
