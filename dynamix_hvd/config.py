@@ -49,6 +49,7 @@ class DynamixConfig:
     guard_drop: float = 0.10             # goodput drop that counts as bad after a learned decision
     guard_patience: int = 2              # bad intervals in a row before falling back
     tensorboard: bool = True             # TensorBoard scalars in run_dir/tb (rank 0)
+    progress: bool = False               # tqdm bar on rank 0: epoch samples, ETA, plan, throughput
     controller_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------
@@ -92,6 +93,7 @@ class DynamixConfig:
         need(isinstance(self.guard_drop, (int, float)) and 0 < self.guard_drop < 1, "guard_drop", "a number in (0, 1)")
         need(is_int(self.guard_patience) and self.guard_patience >= 1, "guard_patience", "an integer >= 1")
         need(isinstance(self.tensorboard, bool), "tensorboard", "true or false")
+        need(isinstance(self.progress, bool), "progress", "true or false")
         need(isinstance(self.controller_kwargs, Mapping), "controller_kwargs", "a table / dict")
         return self
 

@@ -40,7 +40,7 @@ from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.lr import LRScaler, lr_factor
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
-from dynamix_hvd.observe import RunLogger
+from dynamix_hvd.observe import EpochProgress, RunLogger
 from dynamix_hvd.safety import ControllerErrors, GoodputGuard
 from dynamix_hvd.stats import NoiseScaleEstimator, Trend, statistical_efficiency
 
@@ -157,6 +157,7 @@ class Dynamix:
         self.log = RunLogger(cfg.run_dir if self.rank == 0 else None, tensorboard=cfg.tensorboard)
         for event in self._startup_events:
             self.log.event(event)
+        self.progress = EpochProgress(dataset_size, enabled=cfg.progress and self.rank == 0)
         self._errors = ControllerErrors()
         self._guard = GoodputGuard(drop=cfg.guard_drop, patience=cfg.guard_patience)
         self._changed_last = False
@@ -344,6 +345,7 @@ class Dynamix:
         self._capture = False
         self._t_last_step = now
 
+        self.progress.update(sl.epoch, sl.end, sl.total, sl.sizes)
         # advance the consumed position
         epoch_end = sl.end >= self.sampler.dataset_size
         self._consumed = {"epoch": sl.epoch + (1 if epoch_end else 0), "cursor": 0 if epoch_end else sl.end,
@@ -541,6 +543,7 @@ class Dynamix:
             self.collector.stop()
             self.collector = None
         self.log.close()
+        self.progress.close()
         self.comm.free()
 
 

@@ -82,3 +82,32 @@ class RunLogger:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+class EpochProgress:
+    """Rank 0's progress bar: samples of the current epoch, ETA, plan and throughput (tqdm)."""
+
+    def __init__(self, dataset_size: int, enabled: bool) -> None:
+        self.dataset_size = dataset_size
+        self.enabled = enabled
+        self._bar = None
+        self._epoch = -1
+
+    def update(self, epoch: int, cursor_end: int, samples: int, plan: tuple[int, ...]) -> None:
+        if not self.enabled:
+            return
+        if epoch != self._epoch:
+            from tqdm import tqdm
+
+            self.close()
+            self._bar = tqdm(total=self.dataset_size, desc=f"epoch {epoch}", unit="sample", leave=True,
+                             initial=max(cursor_end - samples, 0), dynamic_ncols=True)
+            self._epoch = epoch
+        assert self._bar is not None
+        self._bar.update(samples)
+        self._bar.set_postfix_str(f"B={sum(plan)} plan={list(plan)}", refresh=False)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

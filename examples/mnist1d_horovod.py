@@ -44,6 +44,7 @@ def main() -> None:
     p.add_argument("--run-dir", default=None)
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--progress", action="store_true", help="progress bar on rank 0")
     p.add_argument("--seen-log", default=None, help="append 'step index' lines per rank (tests)")
     p.add_argument("--die-at-step", type=int, default=-1, help="rank 1 SIGKILLs itself there (tests)")
     args = p.parse_args()
@@ -55,7 +56,8 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(40, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     dyn = Dynamix(model, optimizer, dataset_size=len(x), base_batch=args.base_batch,  # dynamix
-                  controller=args.controller, run_dir=args.run_dir, interval_steps=10)
+                  controller=args.controller, run_dir=args.run_dir, interval_steps=10,
+                  progress=args.progress)
     if args.checkpoint and os.path.exists(args.checkpoint):
         dyn.load(args.checkpoint)
     log = open(f"{args.seen_log}.{hvd.rank()}", "a") if args.seen_log else None  # noqa: SIM115
