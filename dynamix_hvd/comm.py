@@ -63,3 +63,69 @@ class Comm:
             return
         self.comm.Free()
         self.comm = MPI.COMM_NULL
+
+
+class HorovodComm:
+    """The same collectives over Horovod's own ops, for jobs without MPI underneath (Gloo,
+    e.g. Horovod elastic). Fixed op names: calls are sequential and identical on all ranks,
+    and a worker that joins after a reset must match the others' names."""
+
+    def __init__(self) -> None:
+        import horovod.torch as hvd
+
+        self.hvd = hvd
+        self.rank = hvd.rank()
+        self.size = hvd.size()
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray | None:
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(row, dtype=np.float64)).view(1, -1)
+        out = self.hvd.allgather(t, name="dynamix.gather").numpy()
+        return out if self.rank == 0 else None
+
+    def bcast_plan(self, plan: Plan | None) -> Plan:
+        import torch
+
+        buf = torch.zeros(3 + self.size, dtype=torch.int64)
+        if self.rank == 0:
+            assert plan is not None and plan.world_size == self.size
+            buf[:3] = torch.tensor([plan.version, plan.start_step, plan.world_size])
+            buf[3:] = torch.tensor(plan.batch_sizes)
+        buf = self.hvd.broadcast(buf, root_rank=0, name="dynamix.plan")
+        v = buf.tolist()
+        return Plan(int(v[0]), tuple(int(b) for b in v[3:]), int(v[1]))
+
+    def bcast_object(self, obj: Any) -> Any:
+        return self.hvd.broadcast_object(obj, root_rank=0, name="dynamix.object")
+
+    def allreduce_max(self, value: float) -> float:
+        import torch
+
+        return float(self.hvd.allreduce(torch.tensor([float(value)]), op=self.hvd.Max, name="dynamix.max"))
+
+    def allreduce_min(self, value: float) -> float:
+        import torch
+
+        return float(self.hvd.allreduce(torch.tensor([float(value)]), op=self.hvd.Min, name="dynamix.min"))
+
+    def barrier(self) -> None:
+        self.hvd.barrier()
+
+    def abort(self, code: int = 1) -> None:
+        import os
+
+        os._exit(code)
+
+    def free(self) -> None:
+        pass
+
+
+def make_comm(base: Any = None) -> "Comm | HorovodComm":
+    """mpi4py over Horovod's MPI communicator when Horovod runs on MPI; Horovod's own ops
+    when it runs on Gloo (``horovodrun --gloo``, elastic mode)."""
+    import horovod.torch as hvd
+
+    if base is None and hvd.gloo_enabled() and not hvd.mpi_enabled():
+        return HorovodComm()
+    return Comm(base)

@@ -32,13 +32,13 @@ import numpy as np
 import torch
 
 from dynamix_hvd import checkpoint as ckpt
-from dynamix_hvd.comm import Comm
+from dynamix_hvd.comm import make_comm
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import Controller, make_controller
-from dynamix_hvd.data import ExactOnceSampler, StepSlice
+from dynamix_hvd.data import ExactOnceSampler, PlanLog, StepSlice
 from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.lr import LRScaler, lr_factor
-from dynamix_hvd.plan import Plan, PlanBounds, next_plan
+from dynamix_hvd.plan import Plan, PlanBounds, next_plan, split_global
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.observe import EpochProgress, RunLogger
 from dynamix_hvd.safety import ControllerErrors, GoodputGuard
@@ -91,7 +91,7 @@ class Dynamix:
             config = DynamixConfig.load(**config_kwargs)
         elif config_kwargs:
             config = dataclasses.replace(config, **config_kwargs)
-        self.comm = Comm(comm)
+        self.comm = make_comm(comm)
         self.rank, self.world = self.comm.rank, self.comm.size
         if self.world != hvd.size():
             raise DynamixError(f"the MPI communicator has {self.world} ranks but Horovod has {hvd.size()}; "
@@ -162,7 +162,7 @@ class Dynamix:
         self._guard = GoodputGuard(drop=cfg.guard_drop, patience=cfg.guard_patience)
         self._changed_last = False
         self.collector = self._start_collector() if cfg.collector else None
-        _install_abort_on_uncaught(self.rank, self.world)
+        _install_abort_on_uncaught(self.rank, self.world, self.comm.abort)
         if cfg.gns:
             for p in model.parameters():
                 if p.requires_grad:
@@ -491,8 +491,11 @@ class Dynamix:
             "controller": self.controller.state_dict() if self.controller is not None else None,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("world_size") != self.world:
+    def load_state_dict(self, state: dict[str, Any], allow_resize: bool = False) -> None:
+        """Restore ``state_dict()``. With ``allow_resize`` (elastic jobs) a state written by
+        another number of ranks is accepted and the plan is recomputed for this world."""
+        resized = state.get("world_size") != self.world
+        if resized and not allow_resize:
             raise DynamixError(f"checkpoint was written by {state.get('world_size')} ranks; this job has "
                                f"{self.world} (resize through the elastic path instead)")
         self.sampler.load_state_dict(state["sampler"])
@@ -501,13 +504,45 @@ class Dynamix:
         self.loss_trend.load_state_dict(state["loss_trend"])
         self.var_trend.load_state_dict(state["var_trend"])
         self.lr.factor = float(state["lr_factor"])
+        self._pending.clear()
+        self._current = None
+        self._interval = _Interval()
+        if resized:
+            self.adapt_to_world()
+            return
         self.bounds = dataclasses.replace(self.bounds, max_batch=tuple(state["max_batch"]))
         if self.controller is not None and state.get("controller") is not None:
             self.controller.update_bounds(self.bounds)
             self.controller.load_state_dict(state["controller"])
+
+    def adapt_to_world(self) -> None:
+        """After workers joined or left (Horovod elastic reset): take the new rank and size,
+        keep the global batch, split it evenly over the new world from the next untrained
+        step on, and rebuild the controller on the (possibly new) rank 0. The sampler keeps
+        its position, so coverage stays exact-once."""
+        self.comm.free()
+        self.comm = make_comm()
+        self.rank, self.world = self.comm.rank, self.comm.size
+        cfg = self.config
+        caps = cfg.max_batch if isinstance(cfg.max_batch, tuple) and len(cfg.max_batch) == self.world else \
+            (max(cfg.max_batch) if isinstance(cfg.max_batch, tuple) else cfg.max_batch,) * self.world
+        self.bounds = PlanBounds(max_batch=caps, min_batch=cfg.min_batch, quantum=cfg.quantum,
+                                 max_global_batch=cfg.max_global_batch, deadband=cfg.deadband)
+        old = self.sampler.plans.latest
+        sizes = split_global(old.global_batch, [1.0] * self.world, self.bounds)
+        if old.world_size != self.world or tuple(sizes) != old.batch_sizes:
+            self.sampler.plans = PlanLog(Plan(old.version + 1, tuple(sizes), self._consumed["step"]))
+        self.controller = self._build_controller() if self.rank == 0 else None
+        if self.rank == 0 and self.log.run_dir is None and cfg.run_dir:
+            self.log = RunLogger(cfg.run_dir, tensorboard=cfg.tensorboard)
+        self.progress = EpochProgress(self.sampler.dataset_size, enabled=cfg.progress and self.rank == 0)
         self._pending.clear()
         self._current = None
         self._interval = _Interval()
+        self._last_action = None
+        if self.rank == 0:
+            self.log.event({"step": self._consumed["step"], "world_change": {"world_size": self.world,
+                                                                             "plan": list(sizes)}})
 
     def save(self, path: str | os.PathLike[str], **extra: Any) -> None:
         """Rank 0 writes model, optimizer and dynamix state atomically; collective (barrier)."""
@@ -519,9 +554,11 @@ class Dynamix:
             ckpt.save(path, payload)
         self.comm.barrier()
 
-    def load(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+    def load(self, path: str | os.PathLike[str], allow_resize: bool = False) -> dict[str, Any]:
         """Rank 0 reads the checkpoint and broadcasts it; every rank restores model,
-        optimizer and dynamix state. Returns the payload (for the user's extra entries)."""
+        optimizer and dynamix state. Returns the payload (for the user's extra entries).
+        With ``allow_resize`` a checkpoint from a job with another number of ranks resumes
+        here: the global batch is kept and re-split over this world, coverage stays exact-once."""
         payload: Any = None
         err = None
         if self.rank == 0:
@@ -535,7 +572,7 @@ class Dynamix:
         payload = self.comm.bcast_object(payload)
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
-        self.load_state_dict(payload["dynamix"])
+        self.load_state_dict(payload["dynamix"], allow_resize=allow_resize)
         return payload
 
     def close(self) -> None:
@@ -547,7 +584,7 @@ class Dynamix:
         self.comm.free()
 
 
-def _install_abort_on_uncaught(rank: int, world: int) -> None:
+def _install_abort_on_uncaught(rank: int, world: int, abort: Callable[[int], None]) -> None:
     """An uncaught exception on any rank prints the rank and the error, then aborts the whole
     MPI job (as ``python -m mpi4py`` does), so the other ranks never hang in a collective."""
     previous = sys.excepthook
@@ -559,9 +596,7 @@ def _install_abort_on_uncaught(rank: int, world: int) -> None:
                          "aborting the job\n")
         previous(etype, value, tb)
         sys.stderr.flush()
-        from mpi4py import MPI
-
-        MPI.COMM_WORLD.Abort(1)
+        abort(1)
 
     hook._dynamix = True  # type: ignore[attr-defined]
     sys.excepthook = hook

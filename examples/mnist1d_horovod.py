@@ -45,6 +45,7 @@ def main() -> None:
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--checkpoint-every", type=int, default=0)
     p.add_argument("--progress", action="store_true", help="progress bar on rank 0")
+    p.add_argument("--allow-resize", action="store_true", help="resume a checkpoint of another world size")
     p.add_argument("--seen-log", default=None, help="append 'step index' lines per rank (tests)")
     p.add_argument("--die-at-step", type=int, default=-1, help="rank 1 SIGKILLs itself there (tests)")
     args = p.parse_args()
@@ -59,7 +60,7 @@ def main() -> None:
                   controller=args.controller, run_dir=args.run_dir, interval_steps=10,
                   progress=args.progress)
     if args.checkpoint and os.path.exists(args.checkpoint):
-        dyn.load(args.checkpoint)
+        dyn.load(args.checkpoint, allow_resize=args.allow_resize)
     log = open(f"{args.seen_log}.{hvd.rank()}", "a") if args.seen_log else None  # noqa: SIM115
     t0 = time.perf_counter()
     for epoch in range(dyn.epoch, args.epochs):

@@ -49,3 +49,31 @@ def test_kill_mid_epoch_and_resume_exactly_once(have_mpirun, tmp_path):
     before = _seen(tmp_path / "run1", world, before_step=resumed_at)
     after = _seen(tmp_path / "run2", world)
     assert sorted(before + after) == list(range(int(samples * 0.8)))
+
+
+def test_resume_on_fewer_workers_exactly_once(have_mpirun, tmp_path):
+    """A worker leaves: the 3-rank job dies, its checkpoint resumes on 2 ranks with the
+    global batch re-split; every index of the epoch is still trained exactly once."""
+    samples = 2500
+    ck = tmp_path / "ck.pt"
+    common = ["--epochs", "1", "--samples", str(samples), "--base-batch", "8", "--controller", "static",
+              "--checkpoint", str(ck), "--checkpoint-every", "20"]
+    first = run([*MPIRUN, "-np", "3", sys.executable, "-m", "mpi4py", EXAMPLE, *common,
+                 "--seen-log", str(tmp_path / "run1"), "--die-at-step", "30"], check=False, timeout=240)
+    assert first.returncode != 0
+    run([*MPIRUN, "-np", "2", sys.executable, "-m", "mpi4py", EXAMPLE, *common, "--allow-resize",
+         "--seen-log", str(tmp_path / "run2")], timeout=240)
+    before = _seen(tmp_path / "run1", 3, before_step=20)
+    after = _seen(tmp_path / "run2", 2)
+    assert sorted(before + after) == list(range(int(samples * 0.8)))
+    sizes = {len([l for l in Path(f"{tmp_path / 'run2'}.{r}").read_text().splitlines()]) for r in range(2)}
+    assert all(s > 0 for s in sizes)
+
+
+def test_gloo_controller_uses_horovod_collectives(have_mpirun, tmp_path):
+    """Under horovodrun --gloo (no MPI underneath) plans travel over Horovod's own ops."""
+    proc = run(["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, EXAMPLE, "--epochs", "1",
+                "--samples", "2000", "--controller", "proportional", "--run-dir", str(tmp_path)])
+    assert "final test accuracy" in proc.stdout
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert len(lines) >= 2   # 25 steps, a decision every 10 (mpi4py here would see a world of 1 and fail)
