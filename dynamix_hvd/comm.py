@@ -44,6 +44,12 @@ class Comm:
     def bcast_object(self, obj: Any) -> Any:
         return self.comm.bcast(obj, root=0)
 
+    def allgather_float(self, value: float) -> np.ndarray:
+        """Every rank's ``value``, on every rank (one float each)."""
+        out = np.empty(self.size, dtype=np.float64)
+        self.comm.Allgather(np.array([value], dtype=np.float64), out)
+        return out
+
     def allreduce_max(self, value: float) -> float:
         return float(self.comm.allreduce(value, op=self._MPI.MAX))
 
@@ -98,6 +104,11 @@ class HorovodComm:
 
     def bcast_object(self, obj: Any) -> Any:
         return self.hvd.broadcast_object(obj, root_rank=0, name="dynamix.object")
+
+    def allgather_float(self, value: float) -> np.ndarray:
+        import torch
+
+        return self.hvd.allgather(torch.tensor([float(value)], dtype=torch.float64), name="dynamix.allgather").numpy()
 
     def allreduce_max(self, value: float) -> float:
         import torch

@@ -49,6 +49,7 @@ class DynamixConfig:
     guard_drop: float = 0.10             # goodput drop that counts as bad after a learned decision
     guard_patience: int = 2              # bad intervals in a row before falling back
     tensorboard: bool = True             # TensorBoard scalars in run_dir/tb (rank 0)
+    oom_redo: bool = True                # on out-of-memory: lower that rank's cap, redo the step
     progress: bool = False               # tqdm bar on rank 0: epoch samples, ETA, plan, throughput
     controller_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -94,6 +95,7 @@ class DynamixConfig:
         need(is_int(self.guard_patience) and self.guard_patience >= 1, "guard_patience", "an integer >= 1")
         need(isinstance(self.tensorboard, bool), "tensorboard", "true or false")
         need(isinstance(self.progress, bool), "progress", "true or false")
+        need(isinstance(self.oom_redo, bool), "oom_redo", "true or false")
         need(isinstance(self.controller_kwargs, Mapping), "controller_kwargs", "a table / dict")
         return self
 

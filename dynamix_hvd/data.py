@@ -7,9 +7,10 @@ indices of the epoch's permutation are taken; rank ``i`` gets the ``k*b_i`` that
 function over the same plan log, so all ranks agree on every step's sizes and take the
 same number of steps per epoch, whatever the plans.
 
-Tail rule: when fewer than ``k*B + world*k`` indices remain, the step takes *all* of them
-and splits them in proportion to ``b`` with at least one sample per rank and micro-batch
-(so no rank ever gets an empty batch, as long as the dataset has >= world*k samples).
+Tail rule: no rank ever gets more than its planned ``k*b_i`` in a step (so a memory bound at
+``b_i`` always holds) and, when fewer than ``k*B + world*k`` indices remain, the last two steps
+are split so that every rank gets at least one sample per micro-batch (as long as the dataset
+has >= world*k samples): no empty batches.
 
 Nothing here talks to MPI or torch; ``DynamixBatchSampler`` at the bottom adapts it to a
 ``torch.utils.data.DataLoader``.
@@ -72,13 +73,36 @@ def proportional_split(total: int, weights: Sequence[int], minimum: int) -> tupl
 
 
 def step_sizes(remaining: int, plan: Plan, accumulation: int = 1) -> tuple[int, ...]:
-    """Per-rank sample counts for the next step given ``remaining`` indices in the epoch."""
+    """Per-rank sample counts for the next step given ``remaining`` indices in the epoch.
+
+    Full steps follow the plan. Near the end of the epoch no rank gets more than its planned
+    ``k*b_i`` (a memory bound may sit exactly there; the one exception is a global batch
+    smaller than twice the world size, where the last step may exceed it by a few samples) and,
+    whenever the dataset allows,
+    no rank gets fewer than ``k`` (one sample per micro-batch): when what would be left after a
+    full step is too small to give every rank a sample, this step is shortened so that the
+    last step keeps exactly ``world*k`` samples."""
     k = accumulation
     full = k * plan.global_batch
     floor_ = plan.world_size * k
     if remaining - full >= floor_:
         return tuple(k * b for b in plan.batch_sizes)
-    return proportional_split(remaining, plan.batch_sizes, k)
+    if remaining > full:                      # full step now would leave < world*k behind
+        if remaining - floor_ >= floor_:
+            return capped_split(remaining - floor_, plan, k)
+        # tiny global batch (B < 2*world): one last step, a few samples above plan
+        return proportional_split(remaining, plan.batch_sizes, k)
+    return capped_split(remaining, plan, k)
+
+
+def capped_split(total: int, plan: Plan, k: int) -> tuple[int, ...]:
+    """Split ``total <= k*B`` in proportion to the plan, each rank in [k, k*b_i] when possible."""
+    if total < plan.world_size * k or min(plan.batch_sizes) < 1:
+        return proportional_split(total, plan.batch_sizes, k)
+    from dynamix_hvd.plan import PlanBounds, split_global
+
+    bounds = PlanBounds(max_batch=tuple(k * b for b in plan.batch_sizes), min_batch=k, deadband=0.0)
+    return tuple(split_global(total, plan.batch_sizes, bounds))
 
 
 def micro_batches(indices: np.ndarray, accumulation: int) -> list[np.ndarray]:

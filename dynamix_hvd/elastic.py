@@ -33,7 +33,7 @@ class DynamixState(TorchState):
     def __init__(self, dyn: Dynamix, **kwargs: Any) -> None:
         self._dynamix = dyn
         self._dynamix_saved = dyn.state_dict()
-        super().__init__(model=dyn.model, optimizer=dyn.optimizer, **kwargs)
+        super().__init__(model=dyn.model, optimizer=dyn.hvd_optimizer, **kwargs)
         self.register_reset_callbacks([self._on_world_change])
 
     @property

@@ -36,7 +36,7 @@ from dynamix_hvd.comm import make_comm
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import Controller, make_controller
 from dynamix_hvd.data import ExactOnceSampler, PlanLog, StepSlice
-from dynamix_hvd.errors import DynamixError
+from dynamix_hvd.errors import DynamixError, OutOfMemoryError
 from dynamix_hvd.lr import LRScaler, lr_factor
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan, split_global
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
@@ -122,6 +122,10 @@ class Dynamix:
         if broadcast_initial_state:
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+        self.hvd_optimizer = self.optimizer
+        self.optimizer = GuardedOptimizer(self.hvd_optimizer, self)
+        self._oom_batch = 0          # this rank's batch size that ran out of memory in this step
+        self._redo = False
 
         # -- plan, sampler, controller ---------------------------------------------------
         first = Plan.uniform(self.world, cfg.base_batch)
@@ -297,17 +301,79 @@ class Dynamix:
         sl, _, n = self._current
         return n / sl.total
 
-    def backward(self, loss: torch.Tensor | None) -> None:
-        """(loss * n_i/T).backward(). Pass None for an empty micro-batch (tiny datasets only)."""
+    def backward(self, loss: torch.Tensor | None, oom: bool = False) -> None:
+        """(loss * n_i/T).backward(). Pass None for an empty micro-batch (tiny datasets only).
+
+        Out of memory (an ``OutOfMemoryError`` from the emulator or torch during backward, or
+        ``oom=True`` from user code that caught one in its forward): this rank still completes
+        Horovod's allreduce with zero gradients, the optimizer step is skipped on all ranks,
+        the rank's cap is lowered, and the same samples are redone under the new plan."""
         w = self.loss_weight()
-        if self.emulator is not None:
-            self.emulator.before_backward(self._current[2], time.perf_counter() - self._t_batch)
-        if loss is None or self._current[2] == 0:
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            (sum(p.sum() for p in params) * 0.0).backward()
-        else:
-            (loss * w).backward()
+        n = self._current[2]
+        try:
+            if oom:
+                raise OutOfMemoryError(self.rank, n)
+            if self.emulator is not None:
+                self.emulator.before_backward(n, time.perf_counter() - self._t_batch)
+            if loss is None or n == 0:
+                self._zero_backward()
+            else:
+                (loss * w).backward()
+        except (OutOfMemoryError, torch.OutOfMemoryError) as exc:
+            if not self.config.oom_redo:
+                raise
+            self._oom_batch = max(self._oom_batch, n, 1)
+            warnings.warn(f"dynamix: rank {self.rank} out of memory at batch {n} ({exc}); redoing the step",
+                          RuntimeWarning, stacklevel=2)
+            self._capture = False
+            self._zero_backward()
         self._t_backward_end = time.perf_counter()
+
+    def _zero_backward(self) -> None:
+        """Zero gradients through autograd, so Horovod's hooks still fire on this rank."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        (sum(p.sum() for p in params) * 0.0).backward()
+
+    def _before_optimizer_step(self) -> bool:
+        """Collective, once per step (when oom_redo is on): True if any rank ran out of memory,
+        in which case the update is skipped, caps are lowered and the step is replanned."""
+        if not self.config.oom_redo:
+            return False
+        oom = self.comm.allgather_float(float(self._oom_batch))
+        self._oom_batch = 0
+        if not np.any(oom > 0):
+            return False
+        if self._current is None:
+            raise DynamixError("optimizer.step() called without a batch")
+        if self.lag_steps > 0:
+            raise DynamixError(f"rank(s) {np.flatnonzero(oom).tolist()} ran out of memory at batch sizes "
+                               f"{oom[oom > 0].astype(int).tolist()}; redoing a step is not possible while a "
+                               "DataLoader prefetches (num_workers > 0): lower max_batch or use num_workers=0")
+        inner = self.hvd_optimizer
+        inner.synchronize()              # drain Horovod's allreduces of the discarded gradients
+        inner._synchronized = False      # noqa: SLF001 - the step is skipped, not taken later
+        inner.zero_grad()
+        sl = self._current[0]
+        caps = list(self.bounds.max_batch)
+        q = self.config.quantum
+        for r in np.flatnonzero(oom > 0):
+            b = int(oom[r])
+            lowered = max(self.config.min_batch, ((b - max(q, int(np.ceil(0.1 * b)))) // q) * q)
+            caps[r] = min(caps[r], max(lowered, self.config.min_batch))
+        self.bounds = dataclasses.replace(self.bounds, max_batch=tuple(caps))
+        old = self.sampler.plans.at(sl.step)
+        sizes = split_global(old.global_batch, old.batch_sizes, self.bounds)
+        plan = Plan(self.sampler.plans.latest.version + 1, tuple(sizes), sl.step)
+        self.sampler.plans = PlanLog(plan)
+        self.sampler.epoch, self.sampler.cursor, self.sampler.step = sl.epoch, sl.start, sl.step
+        if self.controller is not None:
+            self.controller.update_bounds(self.bounds)
+        if self.rank == 0:
+            self.log.event({"step": sl.step, "oom": {"ranks": np.flatnonzero(oom > 0).tolist(),
+                                                     "batch": oom[oom > 0].astype(int).tolist(),
+                                                     "max_batch": caps, "plan": sizes}})
+        self._redo = True
+        return True
 
     def _make_grad_hook(self, p: torch.nn.Parameter) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
@@ -323,6 +389,13 @@ class Dynamix:
         ``interval_steps`` steps takes a decision (collective: all ranks call it)."""
         if self._current is None:
             raise DynamixError("step() called without a batch")
+        if self._redo:                   # the step ran out of memory somewhere: it is redone
+            self._redo = False
+            self._current = None
+            self._local_sq.clear()
+            self._capture = False
+            self._t_last_step = time.perf_counter()
+            return self.plan
         sl, j, _ = self._current
         if j != self.config.accumulation - 1:
             raise DynamixError(f"step() after micro-batch {j + 1} of {self.config.accumulation}: "
@@ -600,6 +673,27 @@ def _install_abort_on_uncaught(rank: int, world: int, abort: Callable[[int], Non
 
     hook._dynamix = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+class GuardedOptimizer:
+    """``dyn.optimizer``: Horovod's DistributedOptimizer, whose ``step()`` first asks all ranks
+    whether one ran out of memory (then the update is skipped and the step redone).
+    Everything else is delegated to the Horovod optimizer."""
+
+    def __init__(self, inner: Any, dyn: "Dynamix") -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_dyn", dyn)
+
+    def step(self, closure: Any = None) -> Any:
+        if self._dyn._before_optimizer_step():
+            return None
+        return self._inner.step(closure)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._inner, name, value)
 
 
 class _BatchSampler:

@@ -114,8 +114,10 @@ def test_full_steps_use_plan_exactly():
     plan = Plan(0, (3, 5, 8))
     assert step_sizes(1000, plan, 1) == (3, 5, 8)
     assert step_sizes(1000, plan, 2) == (6, 10, 16)
+    # 17 left: a full step would leave 1 < 3 ranks behind, so take 14 now (within the plan)
     tail = step_sizes(17, plan, 1)
-    assert sum(tail) == 17 and min(tail) >= 1
+    assert sum(tail) == 14 and all(1 <= t <= b for t, b in zip(tail, plan.batch_sizes))
+    assert step_sizes(3, plan, 1) == (1, 1, 1)
 
 
 def test_proportional_split_sums_and_minimum():
@@ -136,3 +138,16 @@ def test_bad_arguments():
         ExactOnceSampler(0, Plan(0, (1,)))
     with pytest.raises(SamplerError, match="accumulation"):
         ExactOnceSampler(10, Plan(0, (1,)), accumulation=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5000), st.lists(st.integers(1, 64), min_size=1, max_size=16), st.integers(1, 3))
+def test_no_step_exceeds_plan(remaining, sizes, k):
+    plan = Plan(0, tuple(sizes))
+    out = step_sizes(remaining, plan, k)
+    assert sum(out) <= remaining
+    full, floor_ = k * sum(sizes), len(sizes) * k
+    if not full < remaining < 2 * floor_:
+        assert all(o <= k * b for o, b in zip(out, sizes)), (out, sizes)
+    if remaining >= len(sizes) * k:
+        assert all(o >= k for o in out)

@@ -1,0 +1,64 @@
+"""Out of memory on one rank: the step is skipped everywhere, that rank's cap is lowered, the
+same samples are redone, and the epoch still covers every index exactly once."""
+from __future__ import annotations
+
+import horovod.torch as hvd
+import torch
+import torch.nn.functional as F
+
+from _models import make_data, make_model
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.errors import OutOfMemoryError
+from dynamix_hvd.horovod import Dynamix
+
+hvd.init()
+
+
+class TightMemory:
+    """Emulated device: the last rank fits at most `limit` samples per micro-batch."""
+
+    def __init__(self, rank: int, world: int, limit: int) -> None:
+        self.limit = limit if rank == world - 1 else 10**9
+        self.rank = rank
+        self.ooms = 0
+
+    def before_backward(self, batch_size: int, elapsed_s: float) -> None:
+        if batch_size > self.limit:
+            self.ooms += 1
+            raise OutOfMemoryError(self.rank, batch_size, self.limit)
+
+
+def test_oom_lowers_cap_and_redoes_step(comm):
+    rank, world = comm.Get_rank(), comm.Get_size()
+    x, y = make_data(n=700)
+    model = make_model()
+    emu = TightMemory(rank, world, limit=11)
+    cfg = DynamixConfig(base_batch=16, interval_steps=5, max_batch=64, controller="static", collector=False)
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg,
+                  emulator=emu)
+    seen: list[int] = []
+    redo_plans = []
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for idx in dyn.batches(0):
+            dyn.optimizer.zero_grad()
+            dyn.backward(F.cross_entropy(model(x[idx]), y[idx]))
+            dyn.optimizer.step()
+            if not dyn._redo:
+                seen.extend(idx.tolist())
+            else:
+                redo_plans.append(dyn.sampler.plans.latest)
+            dyn.step(0.0)
+    everything = comm.gather(seen, root=0)
+    ooms = comm.allgather(emu.ooms)
+    if rank == 0:
+        assert sorted(i for r in everything for i in r) == list(range(len(x)))
+    assert sum(ooms) >= 1
+    assert dyn.bounds.max_batch[world - 1] <= 11
+    assert dyn.plan.batch_sizes[world - 1] <= 11
+    # each replan keeps the global batch where the caps allow (the other ranks take the rest)
+    for plan in redo_plans:
+        expected = 16 * world if world > 1 else plan.batch_sizes[0]   # alone, rank 0 is bound by its cap
+        assert plan.global_batch == expected, plan
+    dyn.close()
