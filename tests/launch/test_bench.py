@@ -4,8 +4,11 @@ helpers on synthetic logs."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,7 +50,7 @@ def _bench(tmp_path: Path, controllers: str, *extra: str) -> tuple[subprocess.Co
     p = subprocess.run([sys.executable, "-m", "dynamix_hvd.cli", "bench", "--scenario", str(sc),
                         "--controllers", controllers, "--out", str(out), *extra],
                        capture_output=True, text=True, timeout=400, cwd=REPO,
-                       env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
     return p, out
 
 
@@ -118,3 +121,26 @@ def test_balance_efficiency_and_table() -> None:
         "oracle": {"time_to_target_s": 5.0, "final_accuracy": 0.81, "samples_per_s": 200.0,
                    "balance_efficiency": 0.9, "decisions": 1}}})
     assert "0.50x" in table and "oracle" in table
+
+
+@pytest.mark.skipif(not netns.netns_available()[0], reason="network namespaces not permitted here")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_bench_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C / SIGTERM to `dynamix bench` while ranks train: namespaces and rank processes go."""
+    sc = tmp_path / "tiny.toml"
+    sc.write_text(TINY.replace("max_time_s = 6", "max_time_s = 120"))
+    p = subprocess.Popen([sys.executable, "-m", "dynamix_hvd.cli", "bench", "--scenario", str(sc),
+                          "--controllers", "static", "--out", str(tmp_path / "out")],
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mine = f"dmx-{p.pid}-"
+    deadline = time.time() + 120
+    rank_log = tmp_path / "out" / "static" / "rank0.jsonl"
+    while time.time() < deadline and not (rank_log.exists() and rank_log.stat().st_size > 0):
+        time.sleep(0.5)              # wait until the ranks are training inside their namespaces
+    assert [n for n in netns.list_namespaces() if n.startswith(mine)], "bench never set up its cluster"
+    p.send_signal(sig)
+    assert p.wait(timeout=60) != 0
+    assert [n for n in netns.list_namespaces() if n.startswith(mine)] == []
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(tmp_path / "out") not in ps     # no worker of this bench survives
