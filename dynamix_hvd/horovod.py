@@ -407,7 +407,7 @@ class Dynamix:
             iv.steps += 1
             iv.compute_s += self._t_backward_end - self._t_batch
             iv.comm_s += now - self._t_backward_end
-            iv.step_s += now - self._t_last_step
+            iv.step_s += now - self._t_batch   # from taking the batch: user pauses (eval) between steps excluded
         iv.samples += sl.total
         if loss is not None:
             iv.loss += float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
