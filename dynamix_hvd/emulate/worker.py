@@ -88,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         from dynamix_hvd.config import DynamixConfig  # the hook; imported late so --plain works without it
         from dynamix_hvd.horovod import Dynamix
 
-        extra = {"tensorboard": False} if "tensorboard" in DynamixConfig.__dataclass_fields__ else {}
+        # TensorBoard scalars are written by rank 0 once per decision (not per step): cheap
         cfg = DynamixConfig(base_batch=sc.base_batch, controller=args.controller,
                             interval_steps=sc.interval_steps, max_batch=tuple(device.max_batches()),
-                            run_dir=str(run_dir), seed=sc.seed, **extra)
+                            run_dir=str(run_dir), seed=sc.seed, tensorboard=True)
         ctl = _make_controller(args.controller, cfg, world, device) if rank == 0 else None
         loop = Dynamix(model, optimizer, dataset_size=len(data), config=cfg, controller=ctl, emulator=device)
 

@@ -21,6 +21,8 @@ def test_demo_script_prints_table_and_writes_png(tmp_path: Path) -> None:
     assert "static vs proportional" in p.stdout
     assert "time_to_target_s" in p.stdout and "balance_eff" in p.stdout
     assert (out / "results.json").exists() and (out / "report.png").stat().st_size > 10_000
+    # the hook's TensorBoard scalars for the controller's run (issue 8: main job leaves event files)
+    assert list(out.rglob("events.out.tfevents.*")), sorted(p.name for p in out.rglob("*"))
 
 
 def test_best_available_is_a_known_controller() -> None:
