@@ -34,3 +34,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
 @pytest.fixture
 def comm() -> MPI.Comm:
     return COMM
+
+
+@pytest.fixture
+def pmpi_reader() -> object:
+    """The native reader of the preloaded PMPI recorder; skipped when the library is not
+    preloaded, failed when DYNAMIX_REQUIRE_PMPI=1 (as run_tests.sh sets)."""
+    from dynamix_hvd import load_native
+
+    r = load_native().CommReader()
+    if not r.available:
+        if os.environ.get("DYNAMIX_REQUIRE_PMPI") == "1":
+            pytest.fail(f"PMPI recorder required but unavailable: {r.status}")
+        pytest.skip(r.status)
+    return r

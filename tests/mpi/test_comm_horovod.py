@@ -4,7 +4,6 @@ and Horovod's coordination traffic lands in the control class. Skipped only when
 (or the preload, see test_comm_recorder.py) is missing."""
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
@@ -26,13 +25,8 @@ def horovod() -> object:
 
 
 @pytest.fixture
-def reader() -> object:
-    r = n.CommReader()
-    if not r.available:
-        if os.environ.get("DYNAMIX_REQUIRE_PMPI") == "1":
-            pytest.fail(f"PMPI recorder required but unavailable: {r.status}")
-        pytest.skip(r.status)
-    return r
+def reader(pmpi_reader: object) -> object:
+    return pmpi_reader
 
 
 def test_horovod_allreduce_exact_count_and_bytes(comm: MPI.Comm, horovod: object, reader: object) -> None:

@@ -5,7 +5,6 @@ Needs libdynamix_pmpi.so preloaded (scripts/run_tests.sh does it). Without the p
 tests skip, unless DYNAMIX_REQUIRE_PMPI=1, where a missing preload is a failure."""
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -20,14 +19,9 @@ ALLREDUCE = 1 << n.OP_ALLREDUCE
 
 
 @pytest.fixture
-def reader() -> object:
-    r = n.CommReader()
-    if not r.available:
-        if os.environ.get("DYNAMIX_REQUIRE_PMPI") == "1":
-            pytest.fail(f"PMPI recorder required but unavailable: {r.status}")
-        pytest.skip(r.status)
-    assert r.enabled
-    return r
+def reader(pmpi_reader: object) -> object:
+    assert pmpi_reader.enabled
+    return pmpi_reader
 
 
 def test_allreduce_exact_count_and_bytes(comm: MPI.Comm, reader: object) -> None:
