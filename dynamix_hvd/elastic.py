@@ -55,4 +55,5 @@ class DynamixState(TorchState):
         self._dynamix.load_state_dict(self._dynamix_saved, allow_resize=True)
 
     def _on_world_change(self) -> None:
+        self._dynamix.reconnect()
         self._dynamix.adapt_to_world()

@@ -129,9 +129,7 @@ class Dynamix:
 
         # -- plan, sampler, controller ---------------------------------------------------
         first = Plan.uniform(self.world, cfg.base_batch)
-        self.bounds = PlanBounds(max_batch=cfg.max_batch_for(self.world), min_batch=cfg.min_batch,
-                                 quantum=cfg.quantum, max_global_batch=cfg.max_global_batch,
-                                 deadband=cfg.deadband)
+        self.bounds = self._bounds_for_world()
         self.sampler = ExactOnceSampler(dataset_size, first, seed=cfg.seed, shuffle=cfg.shuffle,
                                         accumulation=cfg.accumulation)
         self.controller: Controller | None = None
@@ -354,13 +352,12 @@ class Dynamix:
         inner._synchronized = False      # noqa: SLF001 - the step is skipped, not taken later
         inner.zero_grad()
         sl = self._current[0]
-        caps = list(self.bounds.max_batch)
         q = self.config.quantum
         for r in np.flatnonzero(oom > 0):
             b = int(oom[r])
-            lowered = max(self.config.min_batch, ((b - max(q, int(np.ceil(0.1 * b)))) // q) * q)
-            caps[r] = min(caps[r], max(lowered, self.config.min_batch))
-        self.bounds = dataclasses.replace(self.bounds, max_batch=tuple(caps))
+            lowered = ((b - max(q, int(np.ceil(0.1 * b)))) // q) * q   # 10% (at least a quantum) below
+            self.bounds = self.bounds.with_max(int(r), min(self.bounds.max_batch[r], lowered))
+        caps = list(self.bounds.max_batch)
         old = self.sampler.plans.at(sl.step)
         sizes = split_global(old.global_batch, old.batch_sizes, self.bounds)
         plan = Plan(self.sampler.plans.latest.version + 1, tuple(sizes), sl.step)
@@ -588,19 +585,30 @@ class Dynamix:
             self.controller.update_bounds(self.bounds)
             self.controller.load_state_dict(state["controller"])
 
-    def adapt_to_world(self) -> None:
-        """After workers joined or left (Horovod elastic reset): take the new rank and size,
-        keep the global batch, split it evenly over the new world from the next untrained
-        step on, and rebuild the controller on the (possibly new) rank 0. The sampler keeps
-        its position, so coverage stays exact-once."""
+    def _bounds_for_world(self) -> PlanBounds:
+        """Bounds from the config for the current world size (per-rank caps given for another
+        world size fall back to their largest value on every rank)."""
+        cfg = self.config
+        caps = cfg.max_batch
+        if isinstance(caps, tuple) and len(caps) != self.world:
+            caps = max(caps)
+        caps = caps if isinstance(caps, tuple) else (caps,) * self.world
+        return PlanBounds(max_batch=caps, min_batch=cfg.min_batch, quantum=cfg.quantum,
+                          max_global_batch=cfg.max_global_batch, deadband=cfg.deadband)
+
+    def reconnect(self) -> None:
+        """After Horovod was re-initialised (elastic reset): a communicator for the new world."""
         self.comm.free()
         self.comm = make_comm()
         self.rank, self.world = self.comm.rank, self.comm.size
+
+    def adapt_to_world(self) -> None:
+        """Re-plan for the current world size (after ``reconnect`` or a resized checkpoint):
+        keep the global batch, split it evenly over the ranks from the next untrained step on,
+        and rebuild the controller on the (possibly new) rank 0. The sampler keeps its
+        position, so coverage stays exact-once."""
         cfg = self.config
-        caps = cfg.max_batch if isinstance(cfg.max_batch, tuple) and len(cfg.max_batch) == self.world else \
-            (max(cfg.max_batch) if isinstance(cfg.max_batch, tuple) else cfg.max_batch,) * self.world
-        self.bounds = PlanBounds(max_batch=caps, min_batch=cfg.min_batch, quantum=cfg.quantum,
-                                 max_global_batch=cfg.max_global_batch, deadband=cfg.deadband)
+        self.bounds = self._bounds_for_world()
         old = self.sampler.plans.latest
         sizes = split_global(old.global_batch, [1.0] * self.world, self.bounds)
         if old.world_size != self.world or tuple(sizes) != old.batch_sizes:
