@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dynamix_hvd.controllers.goodput import equal_time_split
+from dynamix_hvd.controllers.model import equal_time_split
 from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.state import RAW_WORKER_FIELDS

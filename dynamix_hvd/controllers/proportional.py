@@ -1,19 +1,25 @@
 """Proportional controller (OmniLearn / LB-BSP style).
 
-Measures each rank's compute time per sample, smooths it with an EMA, and splits the current
-global batch in proportion to the measured speeds (1 / time per sample), so every rank's compute
-phase takes the same time. A switching threshold (``threshold``: re-split only when the
-predicted compute times differ by more than this fraction) keeps it from flapping on noise.
+Fits each rank's compute time per step as ``alpha_i + beta_i * b`` from the measured step times
+(``dynamix_hvd.controllers.model.ComputeModel``: bounded history, forgets a rank that changed)
+and splits the *current* global batch so that every rank's predicted compute time is equal. A
+switching threshold (``threshold``) keeps it from flapping on noise: it re-splits only when the
+predicted compute times under the current split differ by more than this fraction *and* the
+new split shortens the slowest rank's predicted time by more than this fraction.
 Communication is not modelled: the global batch is left unchanged.
+
+Until a rank has been seen at two different sizes its fixed cost is unknown and the split is by
+time per sample (as in LB-BSP); the first re-split gives every rank a second size, and from then
+on the fixed cost is fitted, so an overhead-dominated model is not driven to a runaway split.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
+from dynamix_hvd.controllers.model import ComputeModel, equal_time_split
 from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState
 
@@ -21,37 +27,36 @@ from dynamix_hvd.records import ClusterState
 class ProportionalController(Controller):
     name = "proportional"
 
-    def __init__(self, bounds: PlanBounds, base_batch: int, ema: float = 0.5, threshold: float = 0.05) -> None:
+    def __init__(self, bounds: PlanBounds, base_batch: int, threshold: float = 0.1, history: int = 16,
+                 change_tol: float = 0.3) -> None:
         super().__init__(bounds, base_batch)
-        if not 0 < ema <= 1:
-            raise ValueError(f"ema={ema}: must be in (0, 1]")
-        self.ema, self.threshold = float(ema), float(threshold)
-        self.tps: list[float] | None = None
+        if not threshold >= 0:
+            raise ValueError(f"threshold={threshold}: must be >= 0")
+        self.threshold = float(threshold)
+        self.model = ComputeModel(history=history, change_tol=change_tol)
 
     def decide(self, state: ClusterState) -> Sequence[float]:
-        current = [float(b) for b in state.plan.batch_sizes]
-        n = state.world_size
-        if self.tps is None or len(self.tps) != n:
-            self.tps = [math.nan] * n
-        for i, w in enumerate(state.workers):
-            t = w.time_per_sample_s
-            if math.isfinite(t) and t > 0:
-                self.tps[i] = t if not math.isfinite(self.tps[i]) else self.ema * t + (1 - self.ema) * self.tps[i]
-        tps = np.asarray(self.tps)
-        if not np.isfinite(tps).any():
-            return current
-        tps = np.where(np.isfinite(tps), tps, np.nanmean(tps))
-        # predicted compute times under the current split: re-split only if they differ enough
-        pred = tps * np.asarray(current)
+        current = np.asarray(state.plan.batch_sizes, dtype=float)
+        self.model.add(current, [w.compute_s for w in state.workers])
+        alpha, beta = self.model.fit()
+        if not np.isfinite(beta).all():
+            return list(current)
+        pred = alpha + beta * current
         if pred.max() <= (1.0 + self.threshold) * pred.mean():
-            return current
-        return [float(b) for b in split_global(int(round(sum(current))), list(1.0 / tps), self.bounds)]
+            return list(current)
+        total = float(current.sum())
+        cont = equal_time_split(alpha, beta, total, float(max(self.bounds.min_batch, 1)),
+                                np.asarray(self.bounds.max_batch, dtype=float))
+        # integer sizes summing exactly to the current global batch (largest remainder)
+        new = np.asarray(split_global(int(round(total)), list(cont), self.bounds), dtype=float)
+        # move only for a predicted gain in the slowest rank's time: when compute barely depends
+        # on b (fixed-cost dominated) a noisy fit would otherwise shift many samples for nothing
+        if (alpha + beta * new).max() * (1.0 + self.threshold) > pred.max():
+            return list(current)
+        return [float(x) for x in new]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"tps": self.tps}
+        return {"model": self.model.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.tps = state.get("tps")
-
-    def update_bounds(self, bounds: PlanBounds) -> None:
-        self.bounds = bounds
+        self.model.load_state_dict(state.get("model", {}))

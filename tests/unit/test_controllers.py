@@ -82,6 +82,56 @@ def test_proportional_state_dict_roundtrip():
     assert list(a.decide(s)) == list(b.decide(s))
 
 
+def _affine_state(sizes, alpha, beta, rng=None, noise=0.0):
+    times = [a + b * x for a, b, x in zip(alpha, beta, sizes)]
+    if rng is not None:
+        times = [t * float(np.exp(rng.normal(0, noise))) for t in times]
+    tps = [t / x for t, x in zip(times, sizes)]
+    return _state(list(sizes), tps)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_proportional_no_runaway_on_overhead_dominated_identical_ranks(seed):
+    # 2 identical ranks whose step time is mostly fixed cost (15 ms + 0.15 ms/sample), 20 % noise
+    # per interval: splitting by time per sample (the first version) made 17+ plan changes here
+    # and ran a bench to [2, 62].
+    rng = np.random.default_rng(seed)
+    ctl = make_controller("proportional", PlanBounds(max_batch=(256,) * 2, min_batch=1, deadband=0.05), 32)
+    plan = Plan.uniform(2, 32)
+    seen = []
+    for _ in range(60):
+        plan = next_plan(plan, ctl.decide(_affine_state(plan.batch_sizes, [0.015] * 2, [1.5e-4] * 2, rng, 0.2)),
+                         ctl.bounds, 0)
+        seen.append(plan.batch_sizes)
+    assert min(min(b) for b in seen) >= 16, seen
+    assert plan.version <= 3, plan.version
+
+
+def test_proportional_balances_fixed_plus_per_sample_costs():
+    alpha, beta = [0.010, 0.010, 0.002], [1e-3, 1e-3, 4e-3]
+    ctl = make_controller("proportional", _bounds(3), 32)
+    plan = Plan.uniform(3, 32)
+    for _ in range(6):
+        plan = next_plan(plan, ctl.decide(_affine_state(plan.batch_sizes, alpha, beta)), ctl.bounds, 0)
+    t = [a + b * x for a, b, x in zip(alpha, beta, plan.batch_sizes)]
+    assert sum(plan.batch_sizes) == 96
+    assert max(t) / min(t) < 1.15, (plan.batch_sizes, t)   # within the 10 % switching threshold
+
+
+def test_compute_model_forgets_a_rank_that_slowed_down():
+    from dynamix_hvd.controllers.model import ComputeModel
+    m = ComputeModel(history=16)
+    for b in (32, 40, 24, 32, 40, 24):
+        m.add([b, b], [0.005 + 1e-3 * b] * 2)
+    m.add([32, 32], [0.005 + 1e-3 * 32, 0.005 + 4e-3 * 32])       # rank 1 now 4x slower per sample
+    assert m.resets == 0                                           # one deviation is not a change yet
+    m.add([32, 32], [0.005 + 1e-3 * 32, 0.005 + 4e-3 * 32])
+    alpha, beta = m.fit()
+    assert m.resets == 1
+    assert beta[0] == pytest.approx(1e-3, rel=1e-6)
+    assert (alpha[1] + beta[1] * 32) == pytest.approx(0.005 + 4e-3 * 32, rel=1e-6)
+
+
 def test_goodput_grows_batch_when_comm_bound_and_noise_scale_large():
     ctl = make_controller("goodput", PlanBounds(max_batch=(512,) * 4, max_global_batch=512), 32)
     s = _state([32] * 4, [1e-3] * 4, comm=0.5, noise_scale=1e5)
@@ -96,7 +146,7 @@ def test_goodput_keeps_batch_when_noise_scale_small_or_unknown():
 
 
 def test_goodput_fits_affine_model():
-    from dynamix_hvd.controllers.goodput import fit_affine
+    from dynamix_hvd.controllers.model import fit_affine
     b = np.array([16, 32, 64, 48.0])
     a, beta = fit_affine(b, 0.01 + 0.002 * b)
     assert a == pytest.approx(0.01, rel=1e-6) and beta == pytest.approx(0.002, rel=1e-6)

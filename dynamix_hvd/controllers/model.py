@@ -1,0 +1,154 @@
+"""Per-rank compute-time model shared by the proportional and goodput controllers.
+
+Each rank's compute time per step is modelled as ``t_i(b) = alpha_i + beta_i * b`` (a fixed
+cost plus a per-sample cost), fitted by least squares over the rank's recent (b, t)
+observations. Splitting a global batch so that every rank's *predicted time* is equal
+(``equal_time_split``) is what balances an overhead-dominated model: splitting by time per
+sample alone (t/b) makes a rank with a smaller batch look slower per sample, so it is given an
+even smaller batch, a feedback loop that ran two identical ranks to [2, 62].
+
+``ComputeModel`` keeps a bounded history per rank and forgets it when a rank changes: once the
+fit is identified (two distinct sizes seen) or the same size was seen before, a new observation
+further from the prediction than the tolerance (``change_tol``, or three times the history's
+own scatter if larger) *twice in a row in the same direction* restarts that rank's history from
+those two observations, so a node that slows down mid-run is re-fitted within two intervals
+while measurement noise alone does not reset it.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def fit_affine(b: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(alpha, beta) of t = alpha + beta * b, with alpha >= 0 and beta > 0.
+
+    With fewer than two distinct sizes (or a fit with a negative slope) the fixed cost is not
+    identifiable and ``alpha = 0`` (time proportional to the batch)."""
+    ok = np.isfinite(b) & np.isfinite(t) & (b > 0) & (t > 0)
+    b, t = b[ok], t[ok]
+    if b.size == 0:
+        return math.nan, math.nan
+    if identified(b):
+        beta, alpha = np.polyfit(b, t, 1)
+        if beta > 0 and alpha >= 0:
+            return float(alpha), float(beta)
+        if beta > 0:
+            return 0.0, float(np.sum(b * t) / np.sum(b * b))
+    return 0.0, float(np.mean(t / b))
+
+
+def identified(b: np.ndarray) -> bool:
+    """True when the sizes are spread enough (> 5% of their mean) to fit a fixed cost."""
+    return b.size >= 2 and float(np.ptp(b)) > 0.05 * float(b.mean())
+
+
+def equal_time_split(alpha: np.ndarray, beta: np.ndarray, total: float, lo: float, hi: np.ndarray) -> np.ndarray:
+    """Continuous split of ``total`` equalising alpha_i + beta_i b_i within [lo, hi_i].
+
+    Closed form T = (total - fixed + sum alpha/beta) / sum 1/beta over the unclipped ranks,
+    repeated after clipping the ranks that leave [lo, hi_i] (at most N rounds, usually 1-2)."""
+    n = alpha.size
+    b = np.empty(n)
+    free = np.ones(n, dtype=bool)
+    hi = np.asarray(hi, dtype=float)
+    for _ in range(n + 1):
+        fixed = float(b[~free].sum()) if (~free).any() else 0.0
+        inv = 1.0 / beta[free]
+        t = (total - fixed + float((alpha[free] * inv).sum())) / float(inv.sum())
+        cand = (t - alpha[free]) * inv
+        idx = np.flatnonzero(free)
+        low, high = cand < lo, cand > hi[idx]
+        if not (low.any() or high.any()):
+            b[idx] = cand
+            break
+        b[idx[low]] = lo
+        b[idx[high]] = hi[idx[high]]
+        free[idx[low | high]] = False
+        if not free.any():
+            break
+    return b
+
+
+class ComputeModel:
+    """Bounded (b, t) history per rank, change detection, and the fitted (alpha, beta)."""
+
+    def __init__(self, history: int = 16, change_tol: float = 0.3) -> None:
+        if history < 1:
+            raise ValueError(f"history={history}: must be >= 1")
+        if not change_tol > 0:
+            raise ValueError(f"change_tol={change_tol}: must be > 0")
+        self.history, self.change_tol = int(history), float(change_tol)
+        self.obs: list[deque] = []
+        self.pending: list[int] = []    # per rank: sign of an unconfirmed deviation (0 = none)
+        self.resets = 0
+
+    def add(self, sizes: Sequence[float], times: Sequence[float]) -> None:
+        """Record one interval's per-rank batch sizes and compute times (NaN times are skipped)."""
+        if len(self.obs) != len(sizes):
+            self.obs = [deque(maxlen=self.history) for _ in sizes]
+            self.pending = [0] * len(sizes)
+        for i, (b, t) in enumerate(zip(sizes, times)):
+            b, t = float(b), float(t)
+            if not (math.isfinite(t) and t > 0 and b > 0):
+                continue
+            d = self.obs[i]
+            dev = self._deviation(d, b, t) if d else 0
+            if dev != 0 and dev == self.pending[i]:
+                # two deviations in a row in the same direction: the rank changed; keep only
+                # the observations made since the change
+                last = d[-1]
+                d.clear()
+                d.append(last)
+                self.resets += 1
+                dev = 0
+            self.pending[i] = dev
+            d.append((b, t))
+
+    def _deviation(self, d: deque, b: float, t: float) -> int:
+        """+1/-1 when t is further from the history's prediction than the tolerance, else 0.
+
+        The tolerance is ``change_tol`` or three times the history's own relative scatter,
+        whichever is larger, so measurement noise alone does not look like a change."""
+        bs = np.array([p[0] for p in d])
+        ts = np.array([p[1] for p in d])
+        if identified(bs):
+            alpha, beta = fit_affine(bs, ts)
+            fitted = alpha + beta * bs
+            pred = alpha + beta * b
+        else:
+            same = np.abs(bs - b) <= 0.05 * b
+            if not same.any():
+                return 0
+            fitted = np.full(bs.size, float(np.median(ts[same])))
+            fitted = np.where(np.abs(bs - b) <= 0.05 * b, fitted, np.nan)
+            pred = float(np.median(ts[same]))
+        rel = np.abs(ts / fitted - 1.0)
+        rel = rel[np.isfinite(rel)]
+        tol = self.change_tol
+        if rel.size >= 4:
+            tol = max(tol, 3.0 * 1.4826 * float(np.median(rel)))
+        if pred <= 0 or abs(t - pred) <= tol * pred:
+            return 0
+        return 1 if t > pred else -1
+
+    def fit(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-rank (alpha, beta); ranks with no observation get the mean of the others (NaN if none)."""
+        fits = [fit_affine(np.array([p[0] for p in d]), np.array([p[1] for p in d])) for d in self.obs]
+        alpha = np.array([f[0] for f in fits], dtype=float)
+        beta = np.array([f[1] for f in fits], dtype=float)
+        if np.isfinite(beta).any():
+            alpha = np.where(np.isfinite(alpha), alpha, np.nanmean(alpha))
+            beta = np.where(np.isfinite(beta), beta, np.nanmean(beta))
+        return alpha, beta
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"obs": [list(d) for d in self.obs], "pending": list(self.pending), "resets": self.resets}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.obs = [deque((tuple(p) for p in d), maxlen=self.history) for d in state.get("obs", [])]
+        self.pending = [int(x) for x in state.get("pending", [0] * len(self.obs))]
+        self.resets = int(state.get("resets", 0))
