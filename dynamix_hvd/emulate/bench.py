@@ -134,6 +134,15 @@ def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, u
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH", "")])),
            "HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi", "OMP_NUM_THREADS": "1",
            "HOROVOD_STALL_CHECK_TIME_SECONDS": "30"}
+    # the controllers' network view: the collector watches the rank's emulated link, and the PMPI
+    # library records every allreduce (bytes, duration) in each rank
+    from dynamix_hvd.emulate.netns import RANK_DEV
+    env["DYNAMIX_IFACES"] = RANK_DEV if use_netns else "lo"
+    try:
+        from dynamix_hvd.launch import preload_path
+        env["LD_PRELOAD"] = str(preload_path())
+    except FileNotFoundError as exc:
+        log(f"  warning: {exc}; allreduce timings will be missing")
     worker = [python, "-m", "dynamix_hvd.emulate.worker", "--scenario", str(scenario_file),
               "--controller", controller, "--run-dir", str(run_dir), "--max-time-s", str(sc.max_time_s),
               "--until", until]
