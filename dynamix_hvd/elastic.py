@@ -1,7 +1,8 @@
 """Horovod elastic (Gloo) support: a TorchState that also commits, restores and syncs the
 dynamix state, and re-plans for the new world after workers join or leave.
 
-    dyn = Dynamix(model, optimizer, dataset_size=len(ds), base_batch=32)
+    dyn = Dynamix(model, optimizer, dataset_size=len(ds), base_batch=32,
+                  broadcast_initial_state=False)   # state.sync() broadcasts instead
     state = DynamixState(dyn)
 
     @hvd.elastic.run
@@ -16,6 +17,14 @@ dynamix state, and re-plans for the new world after workers join or leave.
 Coverage stays exact-once in terms of *committed* steps: on a failure Horovod restores the
 last commit (model, optimizer, and here the sampler position and plan), so the steps after it
 are trained again, from the same permutation position, with a plan for the new world.
+A worker that leaves gracefully (fewer slots discovered) interrupts everyone at a commit, so
+nothing is lost; a worker that dies loses the step in flight, which the others redo.
+
+``broadcast_initial_state=False`` matters: a worker joining later would otherwise run the
+constructor's broadcasts while the others run ``state.sync()``, and the job deadlocks.
+All slots on one host: pass ``horovodrun --network-interface lo``, or Horovod's elastic
+driver waits for a second host to compare interfaces (and looks hung). Tested live in
+tests/launch/test_elastic.py (leave, join, SIGKILL).
 """
 from __future__ import annotations
 

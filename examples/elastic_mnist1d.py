@@ -1,9 +1,17 @@
 """Horovod elastic (Gloo) training with dynamix: workers may join or leave; the plan is
 recomputed for the new world and the sampler keeps exact-once coverage of committed steps.
 
-    horovodrun -np 3 --min-np 2 --max-np 3 --host-discovery-script ./discover_hosts.sh \
-        python examples/elastic_mnist1d.py --epochs 2
-(`discover_hosts.sh` prints lines like `localhost:3`; change what it prints to add/remove slots.)
+    echo localhost:3 > hosts.txt
+    printf '#!/bin/sh\ncat hosts.txt\n' > discover_hosts.sh; chmod +x discover_hosts.sh
+    horovodrun -np 3 --min-np 2 --max-np 3 --network-interface lo \
+        --host-discovery-script ./discover_hosts.sh python examples/elastic_mnist1d.py --epochs 2
+
+Write `localhost:2` into hosts.txt while it runs: one worker leaves, the other two re-plan and
+go on. `--network-interface` is required with a single host: without it Horovod's elastic
+driver waits for a second host to compare network interfaces and looks hung.
+With --log-dir, rank 0 appends one line per committed step to LOG_DIR/committed.<pid>:
+`epoch step world_size sizes idx...` (sizes: the step's per-rank sample counts, comma-separated;
+idx: the step's sample indices of all ranks).
 """
 from __future__ import annotations
 
@@ -40,9 +48,16 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(40, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=args.base_batch, controller="proportional",
-                  interval_steps=5, collector=False)
+                  interval_steps=5, collector=False,
+                  broadcast_initial_state=False)  # elastic: state.sync() broadcasts (see DynamixState)
     state = DynamixState(dyn)
     log = open(os.path.join(args.log_dir, f"committed.{os.getpid()}"), "a") if args.log_dir else None  # noqa: SIM115
+
+    def on_reset() -> None:  # runs after DynamixState's own reset callback has re-planned
+        if hvd.rank() == 0:
+            print(f"world changed: {hvd.size()} workers, plan {list(dyn.plan.batch_sizes)}", flush=True)
+
+    state.register_reset_callbacks([on_reset])
 
     @hvd.elastic.run
     def train(state: DynamixState) -> None:
@@ -57,7 +72,9 @@ def main() -> None:
                 dyn.step(loss)
                 time.sleep(args.step_sleep)
                 if log is not None and hvd.rank() == 0:
-                    log.write(f"{sl.step} {hvd.size()} " + " ".join(map(str, dyn.step_indices(sl).tolist())) + "\n")
+                    sizes = ",".join(map(str, sl.sizes))
+                    idx_all = " ".join(map(str, dyn.step_indices(sl).tolist()))
+                    log.write(f"{sl.epoch} {sl.step} {hvd.size()} {sizes} {idx_all}\n")
                     log.flush()
                 state.commit()
             if hvd.rank() == 0:
