@@ -52,6 +52,10 @@ class DynamixConfig:
     oom_redo: bool = True                # on out-of-memory: lower that rank's cap, redo the step
     progress: bool = False               # tqdm bar on rank 0: epoch samples, ETA, plan, throughput
     controller_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    finetune: bool = False               # PPO only: fine-tune the policy online on rank 0 (background updates)
+    finetune_steps: int = 32             # decisions (transitions) per PPO update
+    finetune_lr: float = 1e-4            # Adam learning rate of the online updates
+    finetune_epochs: int = 4             # PPO epochs over each rollout
 
     # ------------------------------------------------------------------------------------
     def validate(self, world_size: int | None = None) -> "DynamixConfig":
@@ -97,7 +101,25 @@ class DynamixConfig:
         need(isinstance(self.progress, bool), "progress", "true or false")
         need(isinstance(self.oom_redo, bool), "oom_redo", "true or false")
         need(isinstance(self.controller_kwargs, Mapping), "controller_kwargs", "a table / dict")
+        need(isinstance(self.finetune, bool), "finetune", "true or false")
+        need(not self.finetune or self.controller == "ppo", "finetune",
+             f"true only with controller='ppo' (controller={self.controller!r})")
+        need(is_int(self.finetune_steps) and 2 <= self.finetune_steps <= 100_000, "finetune_steps",
+             "an integer in [2, 100000] (decisions per PPO update)")
+        need(isinstance(self.finetune_lr, (int, float)) and not isinstance(self.finetune_lr, bool)
+             and 0 < self.finetune_lr <= 1, "finetune_lr", "a number in (0, 1]")
+        need(is_int(self.finetune_epochs) and 1 <= self.finetune_epochs <= 100, "finetune_epochs",
+             "an integer in [1, 100]")
         return self
+
+    def controller_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``make_controller(self.controller, ...)``: ``controller_kwargs``
+        plus the online fine-tuning settings when ``finetune`` is on."""
+        kw = dict(self.controller_kwargs)
+        if self.finetune:
+            kw.update(finetune=True, finetune_steps=self.finetune_steps, finetune_lr=float(self.finetune_lr),
+                      finetune_epochs=self.finetune_epochs, finetune_seed=self.seed)
+        return kw
 
     def max_batch_for(self, world_size: int) -> tuple[int, ...]:
         if isinstance(self.max_batch, tuple):

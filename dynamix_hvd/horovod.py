@@ -175,7 +175,7 @@ class Dynamix:
         file) the fallback controller is used instead, named in a warning and the event log."""
         cfg = self.config
         try:
-            return make_controller(cfg.controller, self.bounds, cfg.base_batch, **dict(cfg.controller_kwargs))
+            return make_controller(cfg.controller, self.bounds, cfg.base_batch, **cfg.controller_options())
         except Exception as exc:  # noqa: BLE001 - any build failure: run on the fallback
             if cfg.controller == cfg.fallback_controller:
                 raise
@@ -487,6 +487,9 @@ class Dynamix:
             record = {"t": time.perf_counter() - self._t_start, "step": step + 1}
             t0 = time.perf_counter()
             proposal, proposed = self._propose(state, step, record)
+            finetune = getattr(self.controller, "finetune_info", lambda: None)()
+            if finetune is not None:   # online PPO fine-tuning (config.finetune): counters + the reward
+                record.update(finetune=finetune, reward=finetune.get("reward"))
             record.update({"controller": self.controller.name, "decide_ms": 1e3 * (time.perf_counter() - t0),
                            "plan": list(self.plan.batch_sizes), "proposed": [float(x) for x in proposed],
                            "next_plan": proposal.to_dict(), "glob": dataclasses.asdict(glob),

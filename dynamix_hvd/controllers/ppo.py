@@ -5,6 +5,11 @@ it is run directly on the N rows of the observation built by ``dynamix_hvd.state
 1024+, whatever N it was trained with). The action becomes proposed sizes exactly as in the
 training env (``dynamix_hvd.agent.actions``). Problems with the policy file raise
 ``PolicyLoadError`` naming the file and the problem.
+
+With ``finetune=True`` (``DynamixConfig.finetune``) the controller acts with its *own* copy of the
+policy, samples its actions and fine-tunes that copy online with PPO in a background thread
+(``dynamix_hvd.controllers.finetune``); its ``state_dict`` then carries the fine-tuned weights.
+Without it nothing changes: deterministic actions of the cached, read-only policy.
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import functools
 import os
 import zipfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -71,7 +76,9 @@ class PPOController(Controller):
     name = "ppo"
 
     def __init__(self, bounds: PlanBounds, base_batch: int, policy: str | os.PathLike | None = None,
-                 deterministic: bool = True, seed: int = 0) -> None:
+                 deterministic: bool = True, seed: int = 0, finetune: bool = False, finetune_steps: int = 32,
+                 finetune_lr: float = 1e-4, finetune_epochs: int = 4, finetune_seed: int | None = None,
+                 reference_goodput_fn: Callable[[ClusterState], float] | None = None) -> None:
         super().__init__(bounds, base_batch)
         from dynamix_hvd.agent.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig
@@ -95,6 +102,21 @@ class PPOController(Controller):
         self.target_B: float | None = None
         self.last_levels: np.ndarray | None = None
         self.last_global = 0.0
+        self.finetuner: Any = None
+        self._own_policy = False      # True once self.policy is a private copy (fine-tuned weights)
+        if finetune:
+            from dynamix_hvd.agent.reward import RewardWeights
+            from dynamix_hvd.controllers.finetune import FineTuner
+            self.finetuner = FineTuner(policy if policy is not None else default_policy_path(), len(bounds.max_batch),
+                                       steps=finetune_steps, lr=finetune_lr, epochs=finetune_epochs,
+                                       seed=seed if finetune_seed is None else finetune_seed)
+            self.policy, self._own_policy = self.finetuner.acting, True
+            self.net = self.policy.mlp_extractor
+            self.reward_weights = RewardWeights.from_dict(cfg.get("reward", {}))
+            self._prev_sizes: list[float] | None = None
+            self.last_reward: dict[str, float] | None = None
+            # G* of the reward's efficiency term; default: estimated from the state (finetune.reference_goodput)
+            self.reference_goodput_fn = reference_goodput_fn
 
     def observe(self, state: ClusterState) -> np.ndarray:
         """The (N, F) observation the policy sees for this state."""
@@ -110,7 +132,25 @@ class PPOController(Controller):
         """Signed per-worker levels (-k..k) and the global-scale index."""
         if obs.ndim != 2 or obs.shape[1] != self.net.n_features - 1:
             raise PolicyLoadError(f"observation has shape {obs.shape}; the policy expects (N, {self.net.n_features - 1})")
-        idx, gidx = self.net.act_rows(obs, deterministic=self.deterministic)
+        if self.finetuner is not None:
+            with self.finetuner.lock:    # weights are swapped under this lock after an update
+                idx, gidx = self.net.act_rows(obs, deterministic=self.deterministic)
+        else:
+            idx, gidx = self.net.act_rows(obs, deterministic=self.deterministic)
+        return idx.astype(np.float64) - self.action_config.k, gidx
+
+    def _act_finetune(self, state: ClusterState, obs: np.ndarray) -> tuple[np.ndarray, int]:
+        """Reward of the previous action from this state, then a sampled action (recorded)."""
+        from dynamix_hvd.controllers.finetune import live_reward
+        sizes = [float(w.batch_size) for w in state.workers]
+        reward = None
+        if self._prev_sizes is not None and len(self._prev_sizes) == len(sizes):
+            ref = self.reference_goodput_fn(state) if self.reference_goodput_fn is not None else None
+            self.last_reward = live_reward(state, self._prev_sizes, ref_global_batch=self.base_batch * len(sizes),
+                                           weights=self.reward_weights, bounds=self.bounds, reference=ref)
+            reward = self.last_reward["reward"]
+        self._prev_sizes = sizes
+        idx, gidx = self.finetuner.step(obs, reward)
         return idx.astype(np.float64) - self.action_config.k, gidx
 
     def decide(self, state: ClusterState) -> Sequence[float]:
@@ -119,19 +159,73 @@ class PPOController(Controller):
         sizes = state.plan.batch_sizes
         if self.target_B is None or self.last_levels is None or self.last_levels.size != len(sizes):
             self.target_B = float(sum(sizes))
-        levels, gidx = self.act(self.observe(state))
+        obs = self.observe(state)
+        levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
         proposed, self.target_B = proposal_from_action(sizes, levels, gidx, self.target_B, self.action_config,
                                                        self.bounds)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.action_config)
         return [float(x) for x in proposed]
 
+    def reset_episode(self) -> None:
+        """Forget the per-job decision state (target global batch, last action); with fine-tuning
+        the next transition starts a new episode. The (fine-tuned) weights are kept."""
+        self.target_B, self.last_levels, self.last_global = None, None, 0.0
+        if self.finetuner is not None:
+            self._prev_sizes = None
+            self.finetuner.end_episode()
+
     def state_dict(self) -> dict[str, Any]:
-        return {"target_B": self.target_B, "last_global": self.last_global,
-                "last_levels": None if self.last_levels is None else self.last_levels.tolist()}
+        d = {"target_B": self.target_B, "last_global": self.last_global,
+             "last_levels": None if self.last_levels is None else self.last_levels.tolist()}
+        if self.finetuner is not None:
+            d["finetune"] = self.finetuner.state_dict()
+            d["prev_sizes"] = self._prev_sizes
+        elif self._own_policy:
+            from dynamix_hvd.controllers.finetune import encode_state
+            d["finetune"] = {"format": 1, "weights": encode_state({"policy": self.policy.state_dict()}),
+                             **self._loaded_finetune_counts}
+        return d
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.target_B = state.get("target_B")
         self.last_global = float(state.get("last_global", 0.0))
         ll = state.get("last_levels")
         self.last_levels = None if ll is None else np.asarray(ll, dtype=float)
+        ft = state.get("finetune")
+        if ft is None:
+            return
+        if self.finetuner is not None:
+            self.finetuner.load_state_dict(ft)
+            ps = state.get("prev_sizes")
+            self._prev_sizes = None if ps is None else [float(x) for x in ps]
+        else:
+            # resumed without fine-tuning: act (deterministically) with the fine-tuned weights, on a
+            # private copy so the cached shipped policy is never modified
+            import copy
+            from dynamix_hvd.controllers.finetune import decode_state
+            if not self._own_policy:
+                self.policy = copy.deepcopy(self.policy)
+                self.policy.optimizer = None
+                self._own_policy = True
+            self.policy.load_state_dict(decode_state(ft["weights"])["policy"])
+            self.net = self.policy.mlp_extractor
+            self._loaded_finetune_counts = {k: ft[k] for k in ("n_updates", "n_transitions") if k in ft}
+
+    def finetune_info(self) -> dict[str, Any] | None:
+        """Fine-tuning counters and the last reward (for the decision log); None when not fine-tuning."""
+        if self.finetuner is None:
+            return None
+        d = self.finetuner.stats()
+        if self.last_reward is not None:
+            d["reward"] = self.last_reward["reward"]
+        return d
+
+    def save_policy(self, path: str | os.PathLike) -> Path:
+        """Write the policy this controller acts with (fine-tuned or not) as an SB3 zip that
+        ``load_policy`` / ``PPOController(policy=path)`` load. Waits for a running update."""
+        if self.finetuner is not None:
+            return self.finetuner.save(path)
+        from dynamix_hvd.controllers.finetune import save_policy_zip
+        return save_policy_zip(self.policy_path if self.policy_path is not None else default_policy_path(),
+                               self.policy.state_dict(), path)

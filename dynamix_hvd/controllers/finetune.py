@@ -1,0 +1,476 @@
+"""Online PPO fine-tuning of the DYNAMIX policy on rank 0 (``DynamixConfig(finetune=True)``).
+
+Every decision of a fine-tuning ``PPOController`` goes through ``FineTuner.step``:
+
+1. the reward of the *previous* action is computed from the new state with the reward the policy
+   was trained with (``agent.reward.reward_terms`` and the weights stored in the policy zip; see
+   ``live_reward``), and the previous (observation, action, value, log-prob) becomes a transition
+   in a stable-baselines3 ``RolloutBuffer``;
+2. the action for this decision is *sampled* from the acting policy (exploration and valid
+   log-probs for PPO), together with the critic's value, under a lock;
+3. when the buffer holds ``steps`` transitions it is handed to a background thread that runs
+   SB3's ``PPO.train()`` (after ``compute_returns_and_advantage``) on the controller's own copy of
+   the policy, then loads the new weights into the acting policy under the lock. Decisions never
+   wait for an update; while one runs they keep using the current weights. A rollout that fills
+   up while the previous update still runs is dropped (counted), never queued.
+
+The number of workers N is fixed within a job, so the buffer's observation space is (N, 1 + F)
+(column 0 = the valid-row mask of ``state.pad_rows``, all ones) and the action space
+MultiDiscrete([n_levels] * N + [n_global]): the policy's parameters do not depend on the number
+of rows (``agent.policy``), so the zip trained on padded 64-row observations is loaded for N rows.
+
+Nothing here touches the process-wide random generators (the training job's own randomness stays
+as without fine-tuning): sampling uses a private ``torch.Generator``, minibatch shuffling a private
+numpy generator, and building the policy restores the global torch RNG state.
+"""
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import math
+import os
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Generator, Sequence
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.type_aliases import RolloutBufferSamples
+
+from dynamix_hvd.agent.reward import RewardWeights, reward_terms, statistical_efficiency
+from dynamix_hvd.controllers.model import equal_time_split
+from dynamix_hvd.plan import PlanBounds
+from dynamix_hvd.records import ClusterState
+from dynamix_hvd.state import pad_rows
+
+OBS_LIMIT = 5.0          # as agent.env.OBS_LIMIT (the training observations are clipped to it)
+STATE_FORMAT = 1
+
+
+# ============================================================================ reward, live
+def reference_goodput(state: ClusterState, ref_global_batch: float, bounds: PlanBounds | None = None) -> float:
+    """Estimated goodput of the equal-compute-time split of ``ref_global_batch``: the live stand-in
+    for the simulator's oracle goodput G* in the reward's efficiency term.
+
+    Per rank the time per sample is the measured ``compute_s / batch_size`` (no fixed cost). The
+    step time of that split is modelled as the goodput controller does: allreduce time ``a`` =
+    median ``allreduce_p50_s``, overlap = (a - exposed) / max compute with exposed = ``step_s`` -
+    max ``compute_s`` measured now, step = compute + max(a - overlap x compute, 0.05 a). So G* does
+    not move with the current plan (only with the cluster). Without an allreduce time the exposed
+    communication is taken as measured. NaN when no rank has a usable compute time."""
+    b = np.array([w.batch_size for w in state.workers], dtype=float)
+    c = np.array([w.compute_s for w in state.workers], dtype=float)
+    ok = np.isfinite(c) & (c > 0) & (b > 0)
+    if not ok.any() or ref_global_batch <= 0:
+        return math.nan
+    beta = np.where(ok, c / np.maximum(b, 1.0), np.nan)
+    beta = np.where(ok, beta, np.nanmean(beta))
+    n = b.size
+    lo = float(max(bounds.min_batch, 1)) if bounds is not None else 1.0
+    caps = np.asarray(bounds.max_batch, dtype=float) if bounds is not None and len(bounds.max_batch) == n \
+        else np.full(n, np.inf)
+    split = equal_time_split(np.zeros(n), beta, float(ref_global_batch), lo, caps)
+    tc = float(np.max(beta * split))
+    step = _median([w.step_s for w in state.workers])
+    max_c = float(np.nanmax(c))
+    exposed = max(step - max_c, 0.0) if math.isfinite(step) else 0.0
+    comm = _median([w.allreduce_p50_s for w in state.workers])
+    if math.isfinite(comm) and comm > 0 and max_c > 0:
+        overlap = min(max((comm - exposed) / max_c, 0.0), 1.0)
+        exposed = max(comm - overlap * tc, 0.05 * comm)
+    t = tc + exposed
+    return float(ref_global_batch) / t if t > 0 else math.nan
+
+
+def _median(xs: Sequence[float]) -> float:
+    a = np.asarray(xs, dtype=float)
+    a = a[np.isfinite(a)]
+    return float(np.median(a)) if a.size else math.nan
+
+
+def live_reward(state: ClusterState, prev_sizes: Sequence[float], *, ref_global_batch: float,
+                weights: RewardWeights = RewardWeights(), bounds: PlanBounds | None = None,
+                reference: float | None = None) -> dict[str, float]:
+    """The training reward (``agent.reward.reward_terms``) of the interval ``state`` describes,
+    whose batch sizes followed ``prev_sizes``.
+
+    Goodput G = samples/s x E(B) exactly as the simulator computes it; G* is ``reference`` if given
+    (in the simulator: the oracle goodput, which reproduces ``sim_reward`` exactly) and otherwise
+    ``reference_goodput``. Missing compute or step times contribute no idle time."""
+    sizes = np.array([w.batch_size for w in state.workers], dtype=float)
+    B = float(sizes.sum())
+    step_s = _median([w.step_s for w in state.workers])
+    thr = state.glob.samples_per_s
+    if not (math.isfinite(thr) and thr > 0):
+        thr = B / step_s if math.isfinite(step_s) and step_s > 0 else math.nan
+    goodput = thr * statistical_efficiency(B, state.glob.noise_scale, float(ref_global_batch))
+    ref = reference if reference is not None else reference_goodput(state, ref_global_batch, bounds)
+    if not (math.isfinite(ref) and ref > 0):
+        ref = goodput                     # no estimate: efficiency term 1
+    c = np.array([w.compute_s for w in state.workers], dtype=float)
+    c = np.where(np.isfinite(c), c, np.nanmax(c) if np.isfinite(c).any() else 0.0)
+    return reward_terms(
+        goodput=goodput if math.isfinite(goodput) else 0.0, reference_goodput=ref if math.isfinite(ref) else 0.0,
+        compute_s=c, step_s=step_s if math.isfinite(step_s) else 0.0, sizes=sizes, prev_sizes=prev_sizes,
+        noise_scale=state.glob.noise_scale, grad_var_trend=state.glob.grad_var_trend,
+        val_loss_trend=state.glob.val_loss_trend, weights=weights)
+
+
+# ============================================================================ SB3 plumbing
+class _RolloutBuffer(RolloutBuffer):
+    """SB3's RolloutBuffer with minibatches shuffled by a private generator (the stock one uses
+    the global ``np.random``, which would disturb the training job's randomness from a thread)."""
+
+    def __init__(self, *args: Any, rng: np.random.Generator, **kwargs: Any) -> None:
+        self.rng = rng
+        super().__init__(*args, **kwargs)
+
+    def get(self, batch_size: int | None = None) -> Generator[RolloutBufferSamples, None, None]:
+        assert self.full, "the rollout buffer is not full"
+        total = self.buffer_size * self.n_envs
+        indices = self.rng.permutation(total)
+        if not self.generator_ready:
+            for name in ("observations", "actions", "values", "log_probs", "advantages", "returns"):
+                self.__dict__[name] = self.swap_and_flatten(self.__dict__[name])
+            self.generator_ready = True
+        batch_size = batch_size or total
+        for start in range(0, total, batch_size):
+            yield self._get_samples(indices[start:start + batch_size])
+
+
+class _KeepRng:
+    """Restore the global torch / numpy / python RNG states on exit (building a policy draws
+    initial weights from the global torch generator)."""
+
+    def __enter__(self) -> None:
+        import random
+        self._th = th.random.get_rng_state()
+        self._np = np.random.get_state()
+        self._py = random.getstate()
+
+    def __exit__(self, *exc: Any) -> None:
+        import random
+        th.random.set_rng_state(self._th)
+        np.random.set_state(self._np)
+        random.setstate(self._py)
+
+
+def _spaces(n_workers: int, n_features: int, n_levels: int, n_global: int) -> tuple[Any, Any]:
+    import gymnasium as gym
+    obs = gym.spaces.Box(-OBS_LIMIT, OBS_LIMIT, shape=(n_workers, n_features), dtype=np.float32)
+    act = gym.spaces.MultiDiscrete([n_levels] * n_workers + [n_global])
+    return obs, act
+
+
+def load_model(path: str | os.PathLike, n_workers: int, *, steps: int = 32, lr: float = 1e-4, epochs: int = 4,
+               batch_size: int | None = None) -> Any:
+    """A private SB3 ``PPO`` loaded from the policy zip for exactly ``n_workers`` rows, with the
+    fine-tuning hyper-parameters (the rest — gamma, GAE lambda, clip range, entropy and value
+    coefficients, gradient clipping — as the policy was trained). Never the cached policy of
+    ``controllers.ppo.load_policy``."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
+
+    from dynamix_hvd.agent.policy import SharedRowPolicy
+    from dynamix_hvd.controllers.ppo import PolicyLoadError, load_policy
+
+    p = Path(path)
+    net = load_policy(p)[0].mlp_extractor        # the cached copy: only its sizes are read
+    obs_space, act_space = _spaces(n_workers, net.n_features, net.n_levels, net.n_global)
+    try:
+        with _KeepRng():
+            model = PPO.load(p, device="cpu", custom_objects={
+                "observation_space": obs_space, "action_space": act_space,
+                "learning_rate": float(lr), "lr_schedule": lambda _: float(lr)},
+                n_envs=1, n_steps=int(steps), batch_size=int(batch_size or min(steps, 64)), n_epochs=int(epochs),
+                seed=None, _current_progress_remaining=1.0)
+    except Exception as exc:  # noqa: BLE001 - any failure here means the file is unusable
+        raise PolicyLoadError(f"policy file {p} could not be loaded for fine-tuning "
+                              f"({type(exc).__name__}: {exc})") from exc
+    if not isinstance(model.policy, SharedRowPolicy):
+        raise PolicyLoadError(f"policy file {p} holds a {type(model.policy).__name__}, not a SharedRowPolicy")
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
+
+
+def save_policy_zip(source: str | os.PathLike, policy_state: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Write an SB3 zip (loadable by ``controllers.ppo.load_policy``) holding ``policy_state`` with
+    the configuration of the policy zip ``source``."""
+    from stable_baselines3 import PPO
+    with _KeepRng():
+        model = PPO.load(Path(source), device="cpu",
+                         custom_objects={"learning_rate": 0.0, "lr_schedule": lambda _: 0.0}, seed=None)
+    model.policy.load_state_dict(policy_state)
+    return _save(model, path)
+
+
+def _save(model: Any, path: str | os.PathLike) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.save(out)
+    return out if out.suffix == ".zip" else out.with_name(out.name + ".zip")
+
+
+def encode_state(obj: Any) -> str:
+    buf = io.BytesIO()
+    th.save(obj, buf)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def decode_state(text: str) -> Any:
+    return th.load(io.BytesIO(base64.b64decode(text)), map_location="cpu", weights_only=True)
+
+
+def _lower_thread_priority() -> None:
+    """The update is background work: let the training loop have the CPU first (Linux: per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
+
+
+# ============================================================================ the fine-tuner
+class FineTuner:
+    """Rollout buffer, background PPO updates and the acting copy of the policy (see module doc)."""
+
+    def __init__(self, policy_path: str | os.PathLike, n_workers: int, *, steps: int = 32, lr: float = 1e-4,
+                 epochs: int = 4, batch_size: int | None = None, seed: int = 0) -> None:
+        if steps < 2:
+            raise ValueError(f"finetune_steps={steps}: must be >= 2")
+        self.policy_path = Path(policy_path)
+        self.n = int(n_workers)
+        self.steps = int(steps)
+        self.model = load_model(self.policy_path, self.n, steps=steps, lr=lr, epochs=epochs, batch_size=batch_size)
+        self.acting = copy.deepcopy(self.model.policy)   # decisions use this one; the thread trains model.policy
+        self.acting.set_training_mode(False)
+        self.acting.optimizer = None                     # never stepped; keeps the deep copy light
+        self.lock = threading.Lock()
+        self.gen = th.Generator().manual_seed(int(seed))
+        self.rng = np.random.default_rng(int(seed))
+        self.buffer = self._new_buffer()
+        self._pending: tuple[np.ndarray, np.ndarray, th.Tensor, th.Tensor] | None = None
+        self._episode_start = False
+        self._thread: threading.Thread | None = None
+        self._opt_state = copy.deepcopy(self.model.policy.optimizer.state_dict())
+        self._blob: tuple[int | None, str | None] = (None, None)
+        self.n_updates = 0
+        self.n_transitions = 0
+        self.rollouts_dropped = 0         # full rollouts dropped because an update was still running
+        self.rewards_missing = 0          # transitions dropped for lack of a finite reward
+        self.update_s: deque[float] = deque(maxlen=100)
+        self.last_train: dict[str, float] = {}
+        self.error: str | None = None
+
+    # ----------------------------------------------------------------- acting
+    def _new_buffer(self) -> _RolloutBuffer:
+        m = self.model
+        return _RolloutBuffer(self.steps, m.observation_space, m.action_space, device="cpu", gamma=m.gamma,
+                              gae_lambda=m.gae_lambda, n_envs=1, rng=self.rng)
+
+    def policy_input(self, obs: np.ndarray) -> np.ndarray:
+        """(N, F) observation -> the (N, 1 + F) rows the SB3 policy sees (mask column, clipped)."""
+        if obs.ndim != 2 or obs.shape[0] != self.n:
+            raise ValueError(f"observation has shape {obs.shape}; this fine-tuner was built for {self.n} workers "
+                             "(the number of workers is fixed within a job)")
+        return np.clip(pad_rows(obs, self.n), -OBS_LIMIT, OBS_LIMIT)
+
+    @th.no_grad()
+    def _sample(self, x: np.ndarray) -> tuple[np.ndarray, th.Tensor, th.Tensor]:
+        """Sampled action (N + 1,), value (1, 1) and log-prob (1,) of the acting policy; caller holds the lock."""
+        pol = self.acting
+        obs = th.as_tensor(x, dtype=th.float32).unsqueeze(0)
+        features = pol.extract_features(obs)
+        net = pol.mlp_extractor
+        row, glob = net.actor_logits(features)
+        value = pol.value_net(net.forward_critic(features))
+        row_lp = th.log_softmax(row[0], dim=-1)                          # (N, L)
+        glob_lp = th.log_softmax(glob[0], dim=-1)                        # (G,)
+        ra = th.multinomial(row_lp.exp(), 1, generator=self.gen).squeeze(1)
+        ga = th.multinomial(glob_lp.exp(), 1, generator=self.gen)
+        log_prob = row_lp.gather(1, ra.unsqueeze(1)).sum() + glob_lp[ga[0]]
+        action = th.cat([ra, ga]).numpy().astype(np.int64)
+        return action, value, log_prob.reshape(1)
+
+    def step(self, obs: np.ndarray, reward: float | None) -> tuple[np.ndarray, int]:
+        """Record ``reward`` for the previous action, sample this decision's action; returns level
+        indices (N,) in 0..n_levels-1 and the global-scale index. Never waits for an update."""
+        x = self.policy_input(obs)
+        if self._pending is not None:
+            if reward is not None and math.isfinite(reward):
+                px, pa, pv, plp = self._pending
+                self.buffer.add(px[None], pa[None], np.array([reward], dtype=np.float32),
+                                np.array([float(self._episode_start)]), pv, plp)
+                self._episode_start = False
+                self.n_transitions += 1
+            else:
+                self.rewards_missing += 1
+            self._pending = None
+        with self.lock:
+            action, value, log_prob = self._sample(x)
+        if self.buffer.full:
+            self._launch(value)
+        self._pending = (x, action, value, log_prob)
+        return action[: self.n], int(action[self.n])
+
+    def end_episode(self) -> None:
+        """The decision stream restarts (e.g. a new simulated episode): the action waiting for its
+        reward is dropped and the next transition starts a new episode (no bootstrapping across)."""
+        self._pending = None
+        self._episode_start = True
+
+    def deterministic(self, obs: np.ndarray) -> tuple[np.ndarray, int]:
+        """Greedy action of the current weights (evaluation; not recorded)."""
+        with self.lock:
+            return self.acting.mlp_extractor.act_rows(obs, deterministic=True)
+
+    # ----------------------------------------------------------------- updating
+    @property
+    def updating(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _launch(self, last_value: th.Tensor) -> None:
+        buf, self.buffer = self.buffer, self._new_buffer()
+        if self.updating or self.error is not None:
+            self.rollouts_dropped += 1
+            return
+        self._thread = threading.Thread(target=self._update, args=(buf, last_value.clone()),
+                                        name="dynamix-finetune", daemon=True)
+        self._thread.start()
+
+    def _update(self, buf: _RolloutBuffer, last_value: th.Tensor) -> None:
+        _lower_thread_priority()
+        t0 = time.perf_counter()
+        try:
+            buf.compute_returns_and_advantage(last_values=last_value, dones=np.zeros(1))
+            m = self.model
+            m.rollout_buffer = buf
+            m._current_progress_remaining = 1.0
+            m.train()
+            new = {k: v.detach().clone() for k, v in m.policy.state_dict().items()}
+            opt = copy.deepcopy(m.policy.optimizer.state_dict())
+            info = {k.split("/")[-1]: float(v) for k, v in m.logger.name_to_value.items()
+                    if isinstance(v, (int, float, np.floating))}
+            info["mean_reward"] = float(np.mean(buf.rewards))
+            with self.lock:                      # the swap: decisions see old or new weights, never a mix
+                self.acting.load_state_dict(new)
+                self._opt_state = opt
+                self.n_updates += 1
+                self.last_train = info
+        except BaseException as exc:  # noqa: BLE001 - reported through stats(); acting goes on unchanged
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.update_s.append(time.perf_counter() - t0)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a running update finished (tests, checkpoint files); True when idle."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+        return not self.updating
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Weights of the acting policy (+ Adam state) as base64 of ``torch.save``: JSON-able and
+        never blocks on a running update (it holds the weights of the last finished update)."""
+        with self.lock:
+            if self._blob[0] != self.n_updates or self._blob[1] is None:
+                self._blob = (self.n_updates, encode_state({"policy": self.acting.state_dict(),
+                                                            "optimizer": self._opt_state}))
+            return {"format": STATE_FORMAT, "n_updates": self.n_updates, "n_transitions": self.n_transitions,
+                    "rollouts_dropped": self.rollouts_dropped, "weights": self._blob[1]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        payload = decode_state(state["weights"])
+        self.wait()
+        with self.lock:
+            self.acting.load_state_dict(payload["policy"])
+            self.model.policy.load_state_dict(payload["policy"])
+            if payload.get("optimizer"):
+                self.model.policy.optimizer.load_state_dict(payload["optimizer"])
+            self._opt_state = copy.deepcopy(self.model.policy.optimizer.state_dict())
+            self.n_updates = int(state.get("n_updates", 0))
+            self.n_transitions = int(state.get("n_transitions", 0))
+            self.rollouts_dropped = int(state.get("rollouts_dropped", 0))
+            self._blob = (None, None)
+        self.buffer = self._new_buffer()
+        self._pending = None
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """SB3 zip of the current acting weights (waits for a running update)."""
+        self.wait()
+        with self.lock:
+            self.model.policy.load_state_dict(self.acting.state_dict())
+            return _save(self.model, path)
+
+    def stats(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"n_updates": self.n_updates, "n_transitions": self.n_transitions,
+                             "buffered": self.buffer.pos, "updating": self.updating,
+                             "rollouts_dropped": self.rollouts_dropped, "rewards_missing": self.rewards_missing}
+        if self.update_s:
+            d["last_update_s"] = self.update_s[-1]
+        if self.last_train:
+            d["train"] = dict(self.last_train)
+        if self.error:
+            d["error"] = self.error
+        return d
+
+
+# ============================================================================ in the simulator
+def finetune_in_sim(sim_config: Any, scenario: str | None, n_workers: int, *, updates: int, steps: int = 32,
+                    lr: float = 1e-4, epochs: int = 4, seed: int = 0, episodes: int | None = None,
+                    policy: str | os.PathLike | None = None, oracle_reference: bool = False,
+                    log: Any = None) -> tuple[Any, dict[str, Any]]:
+    """Fine-tune one ``PPOController(finetune=True)`` on consecutive simulated episodes (even seeds
+    ``2 * (1000 * seed + episode)``; evaluation uses odd ones) until ``updates`` PPO updates ran, or
+    for exactly ``episodes`` episodes. Simulated decisions are ~1 ms apart, so the loop waits for a
+    launched update to finish before the next decision (live, decisions are seconds apart); the run
+    is therefore deterministic. Returns the controller and figures (per-episode online returns of
+    the sampled actions, live-minus-simulator reward per decision, update durations, wall time)."""
+    from dynamix_hvd.agent.reward import sim_reward
+    from dynamix_hvd.agent.sim import ClusterSim
+    from dynamix_hvd.controllers import make_controller
+    from dynamix_hvd.plan import Plan, next_plan
+
+    sim = ClusterSim(sim_config)
+    ctl: Any = None
+    ep, online, est_err = 0, [], []
+    t0 = time.perf_counter()
+    while (ctl is None or ctl.finetuner.n_updates < updates) if episodes is None else ep < episodes:
+        sim.reset(2 * (1000 * seed + ep), scenario, n_workers)
+        cl = sim.cluster
+        bounds = sim.bounds(0.05)
+        if ctl is None:
+            ctl = make_controller("ppo", bounds, cl.base_batch, policy=policy, finetune=True, finetune_steps=steps,
+                                  finetune_lr=lr, finetune_epochs=epochs, seed=seed,
+                                  reference_goodput_fn=(lambda _st: sim.oracle()[1]) if oracle_reference else None)
+        else:     # a new cluster of the same size: keep the weights, restart the decision state
+            ctl.bounds, ctl.base_batch = bounds, cl.base_batch
+            ctl.reset_episode()
+        plan = Plan.uniform(cl.n, cl.base_batch)
+        out = sim.step(plan.batch_sizes)
+        ret = 0.0
+        while True:
+            proposed = ctl.decide(sim.cluster_state(plan, out))   # at sim.done: only delivers the last reward
+            if ctl.finetuner.updating:
+                ctl.finetuner.wait()
+            if sim.done:
+                break
+            prev, plan = plan.batch_sizes, next_plan(plan, proposed, bounds, start_step=sim.t)
+            out = sim.step(plan.batch_sizes)
+            r = sim_reward(out, prev)["reward"]
+            ret += r
+            est_err.append(live_reward(sim.cluster_state(plan, out), prev, ref_global_batch=cl.ref_global_batch,
+                                       bounds=bounds)["reward"] - r)
+        online.append(ret)
+        ep += 1
+        if log is not None and ep % 10 == 0:
+            log(f"  episode {ep:4d}  updates {ctl.finetuner.n_updates:3d}  online return (last 10) "
+                f"{np.mean(online[-10:]):6.2f}  {time.perf_counter() - t0:5.1f}s")
+    ctl.finetuner.wait()
+    return ctl, {"episodes": ep, "online_returns": online, "reward_est_err": est_err,
+                 "update_s": list(ctl.finetuner.update_s), "wall_s": time.perf_counter() - t0,
+                 "stats": ctl.finetune_info()}
