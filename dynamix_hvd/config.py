@@ -34,6 +34,7 @@ class DynamixConfig:
     quantum: int = 1                     # batch sizes are multiples of this where possible
     deadband: float = 0.05               # ignore proposals moving no rank by more than this fraction
     max_global_batch: int | None = None  # cap on B = sum of b_i
+    min_global_batch: int | None = None  # floor on B (None: half the initial global batch base_batch x N)
     lr_rule: str = "none"                # none | linear | sqrt | adascale
     base_global_batch: int | None = None  # B0 of the LR rule (default: base_batch * world size)
     accumulation: int = 1                # gradient accumulation micro-batches per step
@@ -81,6 +82,11 @@ class DynamixConfig:
         need(isinstance(self.deadband, (int, float)) and 0 <= self.deadband < 1, "deadband", "a number in [0, 1)")
         need(self.max_global_batch is None or (is_int(self.max_global_batch) and self.max_global_batch >= 1),
              "max_global_batch", "None or an integer >= 1")
+        need(self.min_global_batch is None or (is_int(self.min_global_batch) and self.min_global_batch >= 1),
+             "min_global_batch", "None or an integer >= 1")
+        if self.min_global_batch is not None and self.max_global_batch is not None:
+            need(self.min_global_batch <= self.max_global_batch, "min_global_batch",
+                 f"an integer <= max_global_batch={self.max_global_batch}")
         need(self.lr_rule in LR_RULES, "lr_rule", f"one of {LR_RULES}")
         need(self.base_global_batch is None or (is_int(self.base_global_batch) and self.base_global_batch >= 1),
              "base_global_batch", "None or an integer >= 1")

@@ -77,7 +77,7 @@ class Dynamix:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, dataset_size: int,
                  config: DynamixConfig | None = None, *, controller: Controller | str | None = None,
                  emulator: Any = None, comm: Any = None, named_parameters: Iterable | None = None,
-                 compression: Any = None, broadcast_initial_state: bool = True,
+                 compression: Any = None, broadcast_initial_state: bool | None = None,
                  metrics_fn: Callable[[WorkerStats], None] | None = None, **config_kwargs: Any) -> None:
         import horovod.torch as hvd
 
@@ -119,6 +119,10 @@ class Dynamix:
                 optimizer, named_parameters=list(named_parameters or model.named_parameters()),
                 compression=compression or hvd.Compression.none, op=hvd.Sum,
                 backward_passes_per_step=cfg.accumulation)
+        if broadcast_initial_state is None:
+            # Horovod elastic workers (HOROVOD_ELASTIC=1): state.sync() broadcasts instead; a worker
+            # joining later would deadlock on these broadcasts while the others are in sync()
+            broadcast_initial_state = os.environ.get("HOROVOD_ELASTIC", "") != "1"
         if broadcast_initial_state:
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
@@ -596,8 +600,10 @@ class Dynamix:
         if isinstance(caps, tuple) and len(caps) != self.world:
             caps = max(caps)
         caps = caps if isinstance(caps, tuple) else (caps,) * self.world
+        floor = cfg.min_global_batch if cfg.min_global_batch is not None else max(1, cfg.base_batch * self.world // 2)
+        floor = min(floor, sum(caps), cfg.max_global_batch or floor)
         return PlanBounds(max_batch=caps, min_batch=cfg.min_batch, quantum=cfg.quantum,
-                          max_global_batch=cfg.max_global_batch, deadband=cfg.deadband)
+                          max_global_batch=cfg.max_global_batch, min_global_batch=floor, deadband=cfg.deadband)
 
     def reconnect(self) -> None:
         """After Horovod was re-initialised (elastic reset): a communicator for the new world."""
