@@ -1,8 +1,7 @@
 """Horovod elastic (Gloo) support: a TorchState that also commits, restores and syncs the
 dynamix state, and re-plans for the new world after workers join or leave.
 
-    dyn = Dynamix(model, optimizer, dataset_size=len(ds), base_batch=32,
-                  broadcast_initial_state=False)   # state.sync() broadcasts instead
+    dyn = Dynamix(model, optimizer, dataset_size=len(ds), base_batch=32)
     state = DynamixState(dyn)
 
     @hvd.elastic.run
@@ -20,8 +19,9 @@ are trained again, from the same permutation position, with a plan for the new w
 A worker that leaves gracefully (fewer slots discovered) interrupts everyone at a commit, so
 nothing is lost; a worker that dies loses the step in flight, which the others redo.
 
-``broadcast_initial_state=False`` matters: a worker joining later would otherwise run the
-constructor's broadcasts while the others run ``state.sync()``, and the job deadlocks.
+Under elastic horovodrun (``HOROVOD_ELASTIC=1``) ``Dynamix`` skips its constructor broadcasts
+by default (``broadcast_initial_state=None``): a worker joining later would otherwise run them
+while the others run ``state.sync()``, and the job deadlocks. ``state.sync()`` broadcasts.
 All slots on one host: pass ``horovodrun --network-interface lo``, or Horovod's elastic
 driver waits for a second host to compare interfaces (and looks hung). Tested live in
 tests/launch/test_elastic.py (leave, join, SIGKILL).

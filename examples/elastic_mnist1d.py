@@ -48,8 +48,7 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(40, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=args.base_batch, controller="proportional",
-                  interval_steps=5, collector=False,
-                  broadcast_initial_state=False)  # elastic: state.sync() broadcasts (see DynamixState)
+                  interval_steps=5, collector=False)  # under elastic it leaves the initial broadcast to state.sync()
     state = DynamixState(dyn)
     log = open(os.path.join(args.log_dir, f"committed.{os.getpid()}"), "a") if args.log_dir else None  # noqa: SIM115
 

@@ -10,9 +10,10 @@ even smaller batch, a feedback loop that ran two identical ranks to [2, 62].
 ``ComputeModel`` keeps a bounded history per rank and forgets it when a rank changes: once the
 fit is identified (two distinct sizes seen) or the same size was seen before, a new observation
 further from the prediction than the tolerance (``change_tol``, or three times the history's
-own scatter if larger) *twice in a row in the same direction* restarts that rank's history from
-those two observations, so a node that slows down mid-run is re-fitted within two intervals
-while measurement noise alone does not reset it.
+own scatter if larger) is held back, not fitted; a second one in a row in the same direction
+restarts that rank's history from those two observations (one jump to the new split, measured
+in the bench: 2 intervals instead of a 12 s staircase), while a lone outlier is dropped, so
+measurement noise alone does not reset or skew the fit.
 """
 from __future__ import annotations
 
@@ -83,30 +84,35 @@ class ComputeModel:
             raise ValueError(f"change_tol={change_tol}: must be > 0")
         self.history, self.change_tol = int(history), float(change_tol)
         self.obs: list[deque] = []
-        self.pending: list[int] = []    # per rank: sign of an unconfirmed deviation (0 = none)
+        self.pending: list = []    # per rank: (sign, (b, t)) of an unconfirmed deviation, or None
         self.resets = 0
 
     def add(self, sizes: Sequence[float], times: Sequence[float]) -> None:
         """Record one interval's per-rank batch sizes and compute times (NaN times are skipped)."""
         if len(self.obs) != len(sizes):
             self.obs = [deque(maxlen=self.history) for _ in sizes]
-            self.pending = [0] * len(sizes)
+            self.pending = [None] * len(sizes)
         for i, (b, t) in enumerate(zip(sizes, times)):
             b, t = float(b), float(t)
             if not (math.isfinite(t) and t > 0 and b > 0):
                 continue
             d = self.obs[i]
             dev = self._deviation(d, b, t) if d else 0
-            if dev != 0 and dev == self.pending[i]:
-                # two deviations in a row in the same direction: the rank changed; keep only
-                # the observations made since the change
-                last = d[-1]
+            held = self.pending[i]
+            if dev != 0 and held is not None and dev == held[0]:
+                # two deviations in a row in the same direction: the rank changed; the history
+                # restarts from the observations made since the change
                 d.clear()
-                d.append(last)
+                d.append(tuple(held[1]))
+                d.append((b, t))
                 self.resets += 1
-                dev = 0
-            self.pending[i] = dev
-            d.append((b, t))
+                self.pending[i] = None
+            elif dev != 0:
+                # a suspect observation is held back (not fitted) until the next one confirms it
+                self.pending[i] = (dev, (b, t))
+            else:
+                self.pending[i] = None
+                d.append((b, t))
 
     def _deviation(self, d: deque, b: float, t: float) -> int:
         """+1/-1 when t is further from the history's prediction than the tolerance, else 0.
@@ -146,9 +152,11 @@ class ComputeModel:
         return alpha, beta
 
     def state_dict(self) -> dict[str, Any]:
-        return {"obs": [list(d) for d in self.obs], "pending": list(self.pending), "resets": self.resets}
+        return {"obs": [list(d) for d in self.obs],
+                "pending": [None if p is None else [p[0], list(p[1])] for p in self.pending], "resets": self.resets}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.obs = [deque((tuple(p) for p in d), maxlen=self.history) for d in state.get("obs", [])]
-        self.pending = [int(x) for x in state.get("pending", [0] * len(self.obs))]
+        self.pending = [None if p is None else (int(p[0]), tuple(p[1]))
+                        for p in state.get("pending", [None] * len(self.obs))]
         self.resets = int(state.get("resets", 0))

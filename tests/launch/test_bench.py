@@ -155,3 +155,25 @@ def test_bench_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals) -
     assert [n for n in netns.list_namespaces() if n.startswith(mine)] == []
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(tmp_path / "out") not in ps     # no worker of this bench survives
+
+
+def test_worker_plain_mode_trains_with_static_batches(tmp_path: Path) -> None:
+    """`python -m dynamix_hvd.emulate.worker --plain`: plain Horovod without the hook (the
+    network-only baseline) trains the scenario with the fixed base batch on every rank."""
+    from conftest import MPIRUN, run
+
+    sc = tmp_path / "tiny.toml"
+    sc.write_text(TINY.replace("max_time_s = 6", "max_time_s = 4"))
+    out = tmp_path / "plain"
+    worker = [sys.executable, "-m", "dynamix_hvd.emulate.worker", "--scenario", str(sc), "--controller", "static",
+              "--run-dir", str(out), "--plain", "--emulate-latency"]
+    run([*MPIRUN, "-np", "2", *worker], timeout=240)
+    for r in (0, 1):
+        steps = [json.loads(line) for line in (out / f"rank{r}.jsonl").read_text().splitlines()]
+        assert len(steps) >= 10
+        assert {s["b"] for s in steps} == {16} and {s["B"] for s in steps} == {32}
+        # the emulated device paces compute: rank 1 is 4x slower per sample (2 + 0.5*16 vs 2 + 2*16 ms)
+        assert min(s["compute_s"] for s in steps) > 0
+    evals = [json.loads(line) for line in (out / "evals.jsonl").read_text().splitlines()]
+    assert evals and evals[-1]["acc"] > evals[0]["acc"] and evals[-1]["acc"] > 0.5
+    assert not (out / "events.jsonl").exists()          # no hook, no decisions

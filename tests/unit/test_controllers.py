@@ -118,6 +118,22 @@ def test_proportional_balances_fixed_plus_per_sample_costs():
     assert max(t) / min(t) < 1.15, (plan.batch_sizes, t)   # within the 10 % switching threshold
 
 
+@pytest.mark.parametrize("name", ["proportional", "goodput"])
+def test_reacts_to_a_node_slowing_down_within_a_few_decisions(name):
+    # node_slowdown in the bench: 4 ranks at 3 ms + 1 ms/sample, rank 2 becomes 4 ms/sample.
+    # The first compute model fitted the mixed history and moved in a 12 s staircase.
+    alpha, beta = [0.003] * 4, [1e-3] * 4
+    ctl = make_controller(name, PlanBounds(max_batch=(256,) * 4, deadband=0.05), 32)
+    plan = Plan.uniform(4, 32)
+    for _ in range(10):
+        plan = next_plan(plan, ctl.decide(_affine_state(plan.batch_sizes, alpha, beta)), ctl.bounds, 0)
+    beta = [1e-3, 1e-3, 4e-3, 1e-3]
+    for _ in range(3):
+        plan = next_plan(plan, ctl.decide(_affine_state(plan.batch_sizes, alpha, beta)), ctl.bounds, 0)
+    t = [a + b * x for a, b, x in zip(alpha, beta, plan.batch_sizes)]
+    assert max(t) / min(t) < 1.3, (plan.batch_sizes, t)
+
+
 def test_compute_model_forgets_a_rank_that_slowed_down():
     from dynamix_hvd.controllers.model import ComputeModel
     m = ComputeModel(history=16)
