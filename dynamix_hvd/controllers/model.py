@@ -103,7 +103,7 @@ class ComputeModel:
                 # two deviations in a row in the same direction: the rank changed; the history
                 # restarts from the observations made since the change
                 d.clear()
-                d.append(tuple(held[1]))
+                d.append(held[1])
                 d.append((b, t))
                 self.resets += 1
                 self.pending[i] = None
@@ -129,9 +129,8 @@ class ComputeModel:
             same = np.abs(bs - b) <= 0.05 * b
             if not same.any():
                 return 0
-            fitted = np.full(bs.size, float(np.median(ts[same])))
-            fitted = np.where(np.abs(bs - b) <= 0.05 * b, fitted, np.nan)
             pred = float(np.median(ts[same]))
+            fitted = np.where(same, pred, np.nan)
         rel = np.abs(ts / fitted - 1.0)
         rel = rel[np.isfinite(rel)]
         tol = self.change_tol
