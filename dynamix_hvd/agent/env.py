@@ -14,7 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from dynamix_hvd.agent.actions import ActionConfig, proposal_from_action
+from dynamix_hvd.agent.actions import ActionConfig, make_anchor, proposal_from_action
 from dynamix_hvd.agent.reward import RewardWeights, sim_reward
 from dynamix_hvd.agent.sim import ClusterSim, SimConfig
 from dynamix_hvd.plan import Plan, next_plan
@@ -96,8 +96,15 @@ class DynamixEnv(gym.Env):
         self.target_B = float(self.plan.global_batch)
         self.last_levels = np.zeros(self.n)
         self.last_global = 0.0
+        self.anchor = make_anchor(self.cfg.action, self.bounds, cl.base_batch)
         out = self.sim.step(self.plan.batch_sizes)
+        self._observe_anchor(out)
         return self._obs(out), {"scenario": cl.scenario, "n_workers": self.n}
+
+    def _observe_anchor(self, out: dict[str, Any]) -> None:
+        # what the PPO controller's anchor sees live: the records of the interval just run
+        if self.anchor is not None:
+            self.anchor.observe(self.sim.cluster_state(self.plan, out))
 
     def step(self, action: np.ndarray):
         assert self.plan is not None, "call reset() first"
@@ -106,9 +113,11 @@ class DynamixEnv(gym.Env):
         levels = a[: self.n].astype(np.float64) - k
         gidx = int(a[-1])
         prev = self.plan.batch_sizes
-        proposed, self.target_B = proposal_from_action(prev, levels, gidx, self.target_B, self.cfg.action, self.bounds)
+        proposed, self.target_B = proposal_from_action(prev, levels, gidx, self.target_B, self.cfg.action, self.bounds,
+                                                       self.anchor)
         self.plan = next_plan(self.plan, proposed, self.bounds, start_step=self.sim.t)
         out = self.sim.step(self.plan.batch_sizes)
+        self._observe_anchor(out)
         terms = sim_reward(out, prev, self.cfg.reward)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.cfg.action)

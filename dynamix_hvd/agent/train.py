@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--disable", default="", help=f"comma list of feature groups to zero, from {list(GROUPS)}")
     p.add_argument("--global-scales", default="0.8,1.0,1.25", help="global-batch multipliers ('1.0' = off)")
+    p.add_argument("--anchor", default="goodput", choices=["goodput", "balanced", "current"],
+                   help="what the action moves from: the goodput model's plan (default), the model-balanced "
+                        "split of the policy's own target, or the current plan (first shipped policy)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
     p.add_argument("--quiet", action="store_true")
 
@@ -51,7 +54,7 @@ def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
     scales = tuple(float(s) for s in args.global_scales.split(","))
     n_max = max(args.n_max, hi)
     return EnvConfig(sim=SimConfig(n_workers=(lo, hi), model_family=args.family),
-                     obs=ObsConfig(disabled), action=ActionConfig(global_scales=scales),
+                     obs=ObsConfig(disabled), action=ActionConfig(global_scales=scales, anchor=args.anchor),
                      reward=RewardWeights(), n_max=n_max)
 
 
@@ -106,7 +109,8 @@ def train(env_cfg: EnvConfig, timesteps: int, seed: int, out: Path, n_envs: int 
         "final_mean_return_last50": curve[-1][1] if curve else None,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "stable_baselines3": stable_baselines3.__version__, "numpy": np.__version__},
-        "command": f"dynamix train-policy --timesteps {timesteps} --seed {seed} --out {out.name}",
+        "command": f"dynamix train-policy --timesteps {timesteps} --seed {seed} "
+                   f"--anchor {env_cfg.action.anchor} --out {out.name}",
     }
     with open(f"{stem}.json", "w") as fh:
         json.dump(meta, fh, indent=2)

@@ -18,33 +18,44 @@ measurement noise alone does not reset or skew the fit.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from typing import Any, Sequence
 
 import numpy as np
 
 
-def fit_affine(b: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+def fit_affine(b: Sequence[float], t: Sequence[float]) -> tuple[float, float]:
     """(alpha, beta) of t = alpha + beta * b, with alpha >= 0 and beta > 0.
 
     With fewer than two distinct sizes (or a fit with a negative slope) the fixed cost is not
-    identifiable and ``alpha = 0`` (time proportional to the batch)."""
-    ok = np.isfinite(b) & np.isfinite(t) & (b > 0) & (t > 0)
-    b, t = b[ok], t[ok]
-    if b.size == 0:
+    identifiable and ``alpha = 0`` (time proportional to the batch). Plain Python over the
+    (<= ``history``) points: numpy's per-call overhead dominated the simulator's training loop,
+    which fits every rank at every decision."""
+    pts = [(float(x), float(y)) for x, y in zip(b, t)
+           if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0]
+    if not pts:
         return math.nan, math.nan
-    if identified(b):
-        beta, alpha = np.polyfit(b, t, 1)
+    bs = [p[0] for p in pts]
+    if identified(bs):
+        # ordinary least squares in closed form (what np.polyfit(b, t, 1) returns)
+        n = len(pts)
+        bm = sum(bs) / n
+        tm = sum(p[1] for p in pts) / n
+        sxx = sum((x - bm) ** 2 for x in bs)
+        beta = sum((x - bm) * (y - tm) for x, y in pts) / sxx
+        alpha = tm - beta * bm
         if beta > 0 and alpha >= 0:
-            return float(alpha), float(beta)
+            return alpha, beta
         if beta > 0:
-            return 0.0, float(np.sum(b * t) / np.sum(b * b))
-    return 0.0, float(np.mean(t / b))
+            return 0.0, sum(x * y for x, y in pts) / sum(x * x for x in bs)
+    return 0.0, sum(y / x for x, y in pts) / len(pts)
 
 
-def identified(b: np.ndarray) -> bool:
+def identified(b: Sequence[float]) -> bool:
     """True when the sizes are spread enough (> 5% of their mean) to fit a fixed cost."""
-    return b.size >= 2 and float(np.ptp(b)) > 0.05 * float(b.mean())
+    b = [float(x) for x in b]
+    return len(b) >= 2 and (max(b) - min(b)) > 0.05 * (sum(b) / len(b))
 
 
 def equal_time_split(alpha: np.ndarray, beta: np.ndarray, total: float, lo: float, hi: np.ndarray) -> np.ndarray:
@@ -119,30 +130,29 @@ class ComputeModel:
 
         The tolerance is ``change_tol`` or three times the history's own relative scatter,
         whichever is larger, so measurement noise alone does not look like a change."""
-        bs = np.array([p[0] for p in d])
-        ts = np.array([p[1] for p in d])
+        bs = [p[0] for p in d]
+        ts = [p[1] for p in d]
         if identified(bs):
             alpha, beta = fit_affine(bs, ts)
-            fitted = alpha + beta * bs
+            rel = [abs(y / (alpha + beta * x) - 1.0) for x, y in d]
             pred = alpha + beta * b
         else:
-            same = np.abs(bs - b) <= 0.05 * b
-            if not same.any():
+            same = [y for x, y in d if abs(x - b) <= 0.05 * b]
+            if not same:
                 return 0
-            pred = float(np.median(ts[same]))
-            fitted = np.where(same, pred, np.nan)
-        rel = np.abs(ts / fitted - 1.0)
-        rel = rel[np.isfinite(rel)]
+            pred = statistics.median(same)
+            rel = [abs(y / pred - 1.0) for y in same]
+        rel = [r for r in rel if math.isfinite(r)]
         tol = self.change_tol
-        if rel.size >= 4:
-            tol = max(tol, 3.0 * 1.4826 * float(np.median(rel)))
+        if len(rel) >= 4:
+            tol = max(tol, 3.0 * 1.4826 * statistics.median(rel))
         if pred <= 0 or abs(t - pred) <= tol * pred:
             return 0
         return 1 if t > pred else -1
 
     def fit(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-rank (alpha, beta); ranks with no observation get the mean of the others (NaN if none)."""
-        fits = [fit_affine(np.array([p[0] for p in d]), np.array([p[1] for p in d])) for d in self.obs]
+        fits = [fit_affine([p[0] for p in d], [p[1] for p in d]) for d in self.obs]
         alpha = np.array([f[0] for f in fits], dtype=float)
         beta = np.array([f[1] for f in fits], dtype=float)
         if np.isfinite(beta).any():

@@ -99,6 +99,8 @@ class PPOController(Controller):
             raise PolicyLoadError(f"policy file {policy or default_policy_path()}: action config does not match "
                                   "the network's output sizes")
         self.deterministic = deterministic
+        from dynamix_hvd.agent.actions import make_anchor
+        self.anchor = make_anchor(self.action_config, bounds, base_batch)
         self.target_B: float | None = None
         self.last_levels: np.ndarray | None = None
         self.last_global = 0.0
@@ -174,10 +176,12 @@ class PPOController(Controller):
         sizes = state.plan.batch_sizes
         if self.target_B is None or self.last_levels is None or self.last_levels.size != len(sizes):
             self.target_B = float(sum(sizes))
+        if self.anchor is not None:
+            self.anchor.observe(state)
         obs = self.observe(state)
         levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
         proposed, self.target_B = proposal_from_action(sizes, levels, gidx, self.target_B, self.action_config,
-                                                       self.bounds)
+                                                       self.bounds, self.anchor)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.action_config)
         return [float(x) for x in proposed]
@@ -186,6 +190,9 @@ class PPOController(Controller):
         """Forget the per-job decision state (target global batch, last action); with fine-tuning
         the next transition starts a new episode. The (fine-tuned) weights are kept."""
         self.target_B, self.last_levels, self.last_global = None, None, 0.0
+        if self.anchor is not None:
+            from dynamix_hvd.agent.actions import make_anchor
+            self.anchor = make_anchor(self.action_config, self.bounds, self.base_batch)
         if self.finetuner is not None:
             self._prev_sizes = None
             self.finetuner.end_episode()
@@ -207,6 +214,8 @@ class PPOController(Controller):
         self.last_global = float(state.get("last_global", 0.0))
         ll = state.get("last_levels")
         self.last_levels = None if ll is None else np.asarray(ll, dtype=float)
+        if self.anchor is not None and state.get("anchor"):
+            self.anchor.load_state_dict(state["anchor"])
         ft = state.get("finetune")
         if ft is None:
             return
@@ -226,6 +235,11 @@ class PPOController(Controller):
             self.policy.load_state_dict(decode_state(ft["weights"])["policy"])
             self.net = self.policy.mlp_extractor
             self._loaded_finetune_counts = {k: ft[k] for k in ("n_updates", "n_transitions") if k in ft}
+
+    def update_bounds(self, bounds: PlanBounds) -> None:
+        super().update_bounds(bounds)
+        if self.anchor is not None:
+            self.anchor.update_bounds(bounds)
 
     def finetune_info(self) -> dict[str, Any] | None:
         """Fine-tuning counters and the last reward (for the decision log); None when not fine-tuning."""

@@ -50,10 +50,61 @@ def test_env_episode_and_padding():
 
 def test_action_mapping_shifts_split_and_scales_total():
     bounds = PlanBounds(max_batch=(256,) * 3)
-    prop, target = proposal_from_action([32, 32, 32], np.array([2, 0, -2]), 1, 96, ActionConfig(), bounds)
+    cur = ActionConfig(anchor="current")
+    prop, target = proposal_from_action([32, 32, 32], np.array([2, 0, -2]), 1, 96, cur, bounds)
     assert prop.sum() == pytest.approx(96) and prop[0] > prop[1] > prop[2]
-    prop, target = proposal_from_action([32, 32, 32], np.zeros(3), 2, 96, ActionConfig(), bounds)
+    prop, target = proposal_from_action([32, 32, 32], np.zeros(3), 2, 96, cur, bounds)
     assert target == pytest.approx(120) and prop.sum() == pytest.approx(120)
+
+
+def test_balanced_anchor_zero_action_is_the_equal_time_split():
+    """With anchor='balanced' the zero action is the split equalising the *fitted* compute times
+    (fixed + per-sample costs), whatever the current plan; levels move from there."""
+    from dynamix_hvd.agent.actions import BalancedAnchor
+    alpha, beta = np.array([0.010, 0.010, 0.004]), np.array([1e-3, 4e-3, 2e-3])
+    anchor = BalancedAnchor()
+    for sizes in ([32, 32, 32], [40, 20, 36]):          # two distinct sizes per rank: affine fit identified
+        anchor.observe(_timed_state(sizes, alpha + beta * np.array(sizes, dtype=float)))
+    bounds = PlanBounds(max_batch=(256,) * 3)
+    cfg = ActionConfig(anchor="balanced")
+    prop, target = proposal_from_action([40, 20, 36], np.zeros(3), 1, 96, cfg, bounds, anchor)
+    t = alpha + beta * prop
+    assert target == pytest.approx(96) and prop.sum() == pytest.approx(96) and np.ptp(t) < 1e-6
+    moved, _ = proposal_from_action([40, 20, 36], np.array([0, 0, -2]), 1, 96, cfg, bounds, anchor)
+    assert moved[2] < prop[2] and moved.sum() == pytest.approx(96)
+    with pytest.raises(ValueError, match="needs an anchor"):
+        proposal_from_action([32, 32, 32], np.zeros(3), 1, 96, cfg, bounds)
+    with pytest.raises(ValueError, match="anchor"):
+        ActionConfig(anchor="plan")
+
+
+def _timed_state(sizes, compute, noise_scale=float("nan")):
+    ws = [WorkerStats(rank=r, batch_size=int(b), max_batch=256, compute_s=float(c), step_s=float(max(compute)) + 0.01,
+                      allreduce_p50_s=0.005) for r, (b, c) in enumerate(zip(sizes, compute))]
+    return ClusterState(Plan(0, tuple(int(b) for b in sizes)), ws, GlobalStats(noise_scale=noise_scale))
+
+
+def test_goodput_anchor_zero_action_is_the_goodput_controllers_plan():
+    """anchor='goodput': with all levels 0 and the neutral scale the proposal is what the goodput
+    controller proposes for the same state sequence; the scales move its global batch."""
+    from dynamix_hvd.agent.actions import GoodputAnchor
+    bounds = PlanBounds(max_batch=(256,) * 3, min_global_batch=24)
+    alpha, beta = np.array([0.010, 0.010, 0.004]), np.array([1e-3, 4e-3, 2e-3])
+    anchor, ctl = GoodputAnchor(bounds, 32), make_controller("goodput", bounds, 32)
+    cfg = ActionConfig(anchor="goodput")
+    for sizes in ([32, 32, 32], [40, 20, 36], [44, 18, 34]):
+        st = _timed_state(sizes, alpha + beta * np.array(sizes, dtype=float), noise_scale=40.0)
+        anchor.observe(st)
+        want = np.asarray(ctl.decide(st))
+        prop, target = proposal_from_action(sizes, np.zeros(3), cfg.noop_global, 96, cfg, bounds, anchor)
+        assert np.allclose(prop, want, rtol=1e-9) and target == pytest.approx(want.sum())
+    up, t_up = proposal_from_action(sizes, np.zeros(3), len(cfg.global_scales) - 1, 96, cfg, bounds, anchor)
+    assert t_up == pytest.approx(want.sum() * cfg.global_scales[-1])
+
+
+def test_policies_saved_before_the_anchor_keep_moving_the_current_plan():
+    assert ActionConfig.from_dict({"n_levels": 5}).anchor == "current"
+    assert ActionConfig.from_dict(ActionConfig().to_dict()).anchor == "goodput"
 
 
 def _state(n, rng):
