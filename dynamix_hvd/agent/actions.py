@@ -118,7 +118,10 @@ class GoodputAnchor(BalancedAnchor):
         self.B: float | None = None
 
     def observe(self, state: ClusterState) -> None:
-        self.B = float(np.sum(self.goodput.decide(state)))   # decide() also feeds the model
+        # the incumbent is the anchor's own previous choice, not the plan in force: a policy
+        # that scales the global batch by 0.8 at every decision then moves 0.8x from the model's
+        # choice, instead of compounding (0.8^k) through the model's switching threshold
+        _, self.B = self.goodput.choose(state, incumbent=self.B)   # choose() also feeds the model
 
     def global_batch(self, running_target: float) -> float:
         return self.B if self.B is not None and math.isfinite(self.B) and self.B > 0 else running_target

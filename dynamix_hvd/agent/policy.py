@@ -137,9 +137,18 @@ class RowCategorical(Distribution):
 class SharedRowPolicy(ActorCriticPolicy):
     """ActorCriticPolicy with a ``RowNet`` extractor; ``dynamix_config`` travels with the zip."""
 
-    def __init__(self, *args: Any, hidden: int = 64, dynamix_config: dict | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, hidden: int = 64, dynamix_config: dict | None = None,
+                 noop_bias: float | None = None, **kwargs: Any) -> None:
         self.hidden = hidden
         self.dynamix_config = dict(dynamix_config or {})
+        # Initial logit bias of the "no change" level and the neutral global scale. With an
+        # anchored action (a residual on a model-based plan) training starts near the anchor and
+        # explores around it (default 2.0: p(no change) ~ 0.65 per row) instead of starting as a
+        # uniformly random perturbation of it; with anchor "current" it stays 0 (as first shipped).
+        if noop_bias is None:
+            anchor = self.dynamix_config.get("action", {}).get("anchor", "current")
+            noop_bias = 0.0 if anchor == "current" else 2.0
+        self.noop_bias = float(noop_bias)
         kwargs.setdefault("share_features_extractor", True)
         super().__init__(*args, **kwargs)
 
@@ -155,6 +164,11 @@ class SharedRowPolicy(ActorCriticPolicy):
         for layer in (net.head_pi[-1], net.global_pi):
             nn.init.orthogonal_(layer.weight, gain=0.01)
             nn.init.zeros_(layer.bias)
+        scales = list(self.dynamix_config.get("action", {}).get("global_scales", [1.0]))
+        with th.no_grad():
+            net.head_pi[-1].bias[net.n_levels // 2] = self.noop_bias
+            if 1.0 in scales and len(scales) == net.n_global:
+                net.global_pi.bias[scales.index(1.0)] = self.noop_bias
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
         self.row_dist = RowCategorical(net.n_rows, net.n_levels, net.n_global)
 
@@ -163,5 +177,5 @@ class SharedRowPolicy(ActorCriticPolicy):
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(hidden=self.hidden, dynamix_config=self.dynamix_config)
+        data.update(hidden=self.hidden, dynamix_config=self.dynamix_config, noop_bias=self.noop_bias)
         return data

@@ -45,12 +45,19 @@ class GoodputController(Controller):
         return b.sum() / step * eff, b
 
     def decide(self, state: ClusterState) -> Sequence[float]:
+        return list(self.choose(state)[0])
+
+    def choose(self, state: ClusterState, incumbent: float | None = None) -> tuple[np.ndarray, float]:
+        """Feed the state to the model; return (split, global batch) of the plan to run next.
+
+        The global batch switches away from ``incumbent`` (default: the current plan's global
+        batch) only for a predicted gain above ``switch_gain``."""
         current = np.asarray(state.plan.batch_sizes, dtype=float)
         n = state.world_size
         self.model.add(current, [w.compute_s for w in state.workers])
         alpha, beta = self.model.fit()
         if not np.isfinite(beta).all():
-            return list(current)
+            return current, float(current.sum())
         compute = np.array([w.compute_s for w in state.workers])
         step = np.nanmedian([w.step_s for w in state.workers])
         comm = np.nanmedian([w.allreduce_p50_s for w in state.workers])
@@ -65,7 +72,7 @@ class GoodputController(Controller):
         hi = float(sum(self.bounds.max_batch))
         if self.bounds.max_global_batch is not None:
             hi = min(hi, self.bounds.max_global_batch)
-        B_now = float(current.sum())
+        B_now = float(np.clip(incumbent, lo, hi)) if incumbent is not None else float(current.sum())
         if math.isfinite(phi) and phi > 0:
             cands = sorted({float(np.clip(s * b_ref, lo, hi)) for s in self.scales} | {B_now})
         else:
@@ -76,8 +83,8 @@ class GoodputController(Controller):
         self.last_fit = {"alpha": alpha.tolist(), "beta": beta.tolist(), "comm": comm, "overlap": overlap,
                          "B": B_best, "goodput": g_best}
         if g_best < (1.0 + self.switch_gain) * g_now:
-            return list(b_now)
-        return list(b_best)
+            return b_now, float(b_now.sum())
+        return b_best, float(b_best.sum())
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict()}

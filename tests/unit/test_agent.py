@@ -102,6 +102,24 @@ def test_goodput_anchor_zero_action_is_the_goodput_controllers_plan():
     assert t_up == pytest.approx(want.sum() * cfg.global_scales[-1])
 
 
+def test_goodput_anchor_scale_does_not_compound():
+    """A policy that picks the 0.8 scale at every decision runs at 0.8x the model's global batch;
+    it does not ratchet the batch down (0.8^k) through the model's switching threshold."""
+    from dynamix_hvd.agent.actions import GoodputAnchor
+    bounds = PlanBounds(max_batch=(256,) * 3, min_global_batch=8)
+    alpha, beta = np.array([0.010, 0.010, 0.004]), np.array([1e-3, 4e-3, 2e-3])
+    anchor, cfg = GoodputAnchor(bounds, 32), ActionConfig(anchor="goodput")
+    sizes, targets = [32, 32, 32], []
+    for _ in range(8):
+        st = _timed_state(sizes, alpha + beta * np.array(sizes, dtype=float), noise_scale=40.0)
+        anchor.observe(st)
+        prop, target = proposal_from_action(sizes, np.zeros(3), 0, 96, cfg, bounds, anchor)
+        targets.append(target)
+        sizes = [max(1, int(round(x))) for x in prop]
+    assert cfg.global_scales[0] == 0.8
+    assert targets[-1] == pytest.approx(0.8 * anchor.B) and min(targets) > 0.6 * max(targets)
+
+
 def test_policies_saved_before_the_anchor_keep_moving_the_current_plan():
     assert ActionConfig.from_dict({"n_levels": 5}).anchor == "current"
     assert ActionConfig.from_dict(ActionConfig().to_dict()).anchor == "goodput"
