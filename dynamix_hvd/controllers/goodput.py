@@ -24,6 +24,12 @@ from dynamix_hvd.records import ClusterState
 SCALES = (0.5, 0.63, 0.8, 1.0, 1.25, 1.6, 2.0, 2.5, 3.2, 4.0)
 
 
+def _finite_median(xs: Sequence[float]) -> float:
+    """Median of the finite values; NaN ("no data", e.g. no collective timing) when there are none."""
+    v = [float(x) for x in xs if math.isfinite(x)]
+    return float(np.median(v)) if v else math.nan
+
+
 class GoodputController(Controller):
     name = "goodput"
 
@@ -59,8 +65,8 @@ class GoodputController(Controller):
         if not np.isfinite(beta).all():
             return current, float(current.sum())
         compute = np.array([w.compute_s for w in state.workers])
-        step = np.nanmedian([w.step_s for w in state.workers])
-        comm = np.nanmedian([w.allreduce_p50_s for w in state.workers])
+        step = _finite_median([w.step_s for w in state.workers])
+        comm = _finite_median([w.allreduce_p50_s for w in state.workers])
         max_c = np.nanmax(compute) if np.isfinite(compute).any() else math.nan
         if not math.isfinite(comm):
             comm = max(0.0, step - max_c) if math.isfinite(step) and math.isfinite(max_c) else 0.0
