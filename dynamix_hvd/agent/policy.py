@@ -146,8 +146,9 @@ class SharedRowPolicy(ActorCriticPolicy):
         # explores around it (default 2.0: p(no change) ~ 0.65 per row) instead of starting as a
         # uniformly random perturbation of it; with anchor "current" it stays 0 (as first shipped).
         if noop_bias is None:
-            anchor = self.dynamix_config.get("action", {}).get("anchor", "current")
-            noop_bias = 0.0 if anchor == "current" else 2.0
+            from dynamix_hvd.agent.actions import ActionConfig
+            anchored = ActionConfig.from_dict(self.dynamix_config.get("action", {})).anchor != "current"
+            noop_bias = 2.0 if anchored else 0.0
         self.noop_bias = float(noop_bias)
         kwargs.setdefault("share_features_extractor", True)
         super().__init__(*args, **kwargs)

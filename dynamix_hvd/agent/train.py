@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dynamix_hvd.agent.actions import ActionConfig
+from dynamix_hvd.agent.actions import ANCHORS, ActionConfig
 from dynamix_hvd.agent.env import EnvConfig, make_env
 from dynamix_hvd.agent.reward import RewardWeights
 from dynamix_hvd.agent.sim import SimConfig
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--disable", default="", help=f"comma list of feature groups to zero, from {list(GROUPS)}")
     p.add_argument("--global-scales", default="0.8,1.0,1.25", help="global-batch multipliers ('1.0' = off)")
-    p.add_argument("--anchor", default="goodput", choices=["goodput", "balanced", "current"],
+    p.add_argument("--anchor", default=ActionConfig().anchor, choices=ANCHORS,
                    help="what the action moves from: the goodput model's plan (default), the model-balanced "
                         "split of the policy's own target, or the current plan (first shipped policy)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")

@@ -83,9 +83,10 @@ class GoodputController(Controller):
             cands = sorted({float(np.clip(s * b_ref, lo, hi)) for s in self.scales} | {B_now})
         else:
             cands = [B_now]
-        scored = [(self.predict(alpha, beta, B, comm, overlap, phi, b_ref), B) for B in cands]
-        (g_now, b_now) = self.predict(alpha, beta, B_now, comm, overlap, phi, b_ref)
-        (g_best, b_best), B_best = max(scored, key=lambda s: s[0][0])
+        scored = {B: self.predict(alpha, beta, B, comm, overlap, phi, b_ref) for B in cands}   # B_now included
+        g_now, b_now = scored[B_now]
+        B_best = max(cands, key=lambda B: scored[B][0])
+        g_best, b_best = scored[B_best]
         self.last_fit = {"alpha": alpha.tolist(), "beta": beta.tolist(), "comm": comm, "overlap": overlap,
                          "B": B_best, "goodput": g_best}
         if g_best < (1.0 + self.switch_gain) * g_now:

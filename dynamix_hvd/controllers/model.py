@@ -97,9 +97,11 @@ class ComputeModel:
         self.obs: list[deque] = []
         self.pending: list = []    # per rank: (sign, (b, t)) of an unconfirmed deviation, or None
         self.resets = 0
+        self._fit: tuple[np.ndarray, np.ndarray] | None = None   # fit() of the current history
 
     def add(self, sizes: Sequence[float], times: Sequence[float]) -> None:
         """Record one interval's per-rank batch sizes and compute times (NaN times are skipped)."""
+        self._fit = None
         if len(self.obs) != len(sizes):
             self.obs = [deque(maxlen=self.history) for _ in sizes]
             self.pending = [None] * len(sizes)
@@ -151,7 +153,15 @@ class ComputeModel:
         return 1 if t > pred else -1
 
     def fit(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per-rank (alpha, beta); ranks with no observation get the mean of the others (NaN if none)."""
+        """Per-rank (alpha, beta); ranks with no observation get the mean of the others (NaN if none).
+
+        Computed once per history (a decision asks for it more than once: the goodput model, then
+        the PPO anchor's split); callers get copies."""
+        if self._fit is None:
+            self._fit = self._compute_fit()
+        return self._fit[0].copy(), self._fit[1].copy()
+
+    def _compute_fit(self) -> tuple[np.ndarray, np.ndarray]:
         fits = [fit_affine([p[0] for p in d], [p[1] for p in d]) for d in self.obs]
         alpha = np.array([f[0] for f in fits], dtype=float)
         beta = np.array([f[1] for f in fits], dtype=float)
@@ -165,6 +175,7 @@ class ComputeModel:
                 "pending": [None if p is None else [p[0], list(p[1])] for p in self.pending], "resets": self.resets}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._fit = None
         self.obs = [deque((tuple(p) for p in d), maxlen=self.history) for d in state.get("obs", [])]
         self.pending = [None if p is None else (int(p[0]), tuple(p[1]))
                         for p in state.get("pending", [None] * len(self.obs))]
