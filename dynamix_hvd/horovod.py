@@ -496,8 +496,8 @@ class Dynamix:
                 record.update(finetune=finetune, reward=finetune.get("reward"))
             record.update({"controller": self.controller.name, "decide_ms": 1e3 * (time.perf_counter() - t0),
                            "plan": list(self.plan.batch_sizes), "proposed": [float(x) for x in proposed],
-                           "next_plan": proposal.to_dict(), "glob": dataclasses.asdict(glob),
-                           "workers": [dataclasses.asdict(w) for w in workers]})
+                           "next_plan": proposal.to_dict(), "glob": glob, "workers": workers})
+            # (dataclasses: the log's writer thread converts them, off the training loop)
         plan = self.comm.bcast_plan(proposal)
         if plan.version != self.sampler.plans.latest.version:
             self.sampler.plans.add(plan)
@@ -642,6 +642,7 @@ class Dynamix:
             payload = {"dynamix": self.state_dict(), "model": self.model.state_dict(),
                        "optimizer": self.optimizer.state_dict(), **extra}
             ckpt.save(path, payload)
+            self.log.flush()       # the run log is complete up to the checkpoint
         self.comm.barrier()
 
     def load(self, path: str | os.PathLike[str], allow_resize: bool = False) -> dict[str, Any]:

@@ -1,15 +1,35 @@
 """What rank 0 shows about a run: one JSON line per decision or event in
 ``run_dir/events.jsonl`` and TensorBoard scalars in ``run_dir/tb`` (per-rank batch size, step
-time, idle fraction, noise scale, LR, global batch, throughput, fallback events)."""
+time, idle fraction, noise scale, LR, global batch, throughput, fallback events).
+
+Records are written by a writer thread, off the training loop: JSON encoding and ~30 TensorBoard
+scalars per decision took rank 0 longer than the decision itself, and every rank waits for rank 0
+at the next allreduce. Records may hold dataclasses (converted in the writer) and must not be
+changed after they are handed over. ``flush()`` waits until everything handed over is on disk;
+``Dynamix.save`` and ``close`` call it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import queue
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+def _plain(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with dataclass values (and lists of them) as dicts."""
+    def conv(v: Any) -> Any:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return dataclasses.asdict(v)
+        if isinstance(v, list) and v and dataclasses.is_dataclass(v[0]):
+            return [conv(x) for x in v]
+        return v
+    return {k: conv(v) for k, v in record.items()}
 
 
 def _json_default(o: Any) -> Any:
@@ -38,13 +58,39 @@ class RunLogger:
                 self._tb = SummaryWriter(log_dir=str(self.run_dir / "tb"))
             except Exception as exc:  # noqa: BLE001 - tensorboard is optional
                 warnings.warn(f"dynamix: TensorBoard logging disabled ({exc})", RuntimeWarning, stacklevel=2)
+        self._queue: queue.Queue = queue.Queue()
+        self._failed = False
+        self._thread = threading.Thread(target=self._run, name="dynamix-log", daemon=True)
+        self._thread.start()
 
     def event(self, record: dict[str, Any]) -> None:
         if self._events is not None:
-            self._events.write(json.dumps(record, default=_json_default) + "\n")
+            self._queue.put((record, None))
 
     def decision(self, record: dict[str, Any], lr: float) -> None:
-        self.event(record)
+        if self._events is not None:
+            self._queue.put((record, lr))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                record, lr = item
+                record = _plain(record)
+                assert self._events is not None
+                self._events.write(json.dumps(record, default=_json_default) + "\n")
+                if lr is not None:
+                    self._scalars(record, lr)
+            except Exception as exc:  # noqa: BLE001 - logging must never stop training
+                if not self._failed:
+                    self._failed = True
+                    warnings.warn(f"dynamix: writing the run log failed ({exc!r})", RuntimeWarning, stacklevel=1)
+            finally:
+                self._queue.task_done()
+
+    def _scalars(self, record: dict[str, Any], lr: float) -> None:
         if self._tb is None:
             return
         step = int(record["step"])
@@ -72,11 +118,18 @@ class RunLogger:
             tb.add_scalar("global/reward", record["reward"], step)
 
     def flush(self) -> None:
+        """Wait until every record handed over is written (events.jsonl and TensorBoard)."""
+        if self._events is None:
+            return
+        self._queue.join()
+        self._events.flush()
         if self._tb is not None:
             self._tb.flush()
 
     def close(self) -> None:
         if self._events is not None:
+            self._queue.put(None)
+            self._thread.join()
             self._events.close()
             self._events = None
         if self._tb is not None:

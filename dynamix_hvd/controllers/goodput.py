@@ -12,12 +12,13 @@ time is equal. Without a noise scale it keeps the current global batch. A switch
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any, Sequence
 
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.model import ComputeModel, equal_time_split, fit_affine  # noqa: F401 (re-exported)
+from dynamix_hvd.controllers.model import ComputeModel, equal_time_split, equal_time_splits, fit_affine  # noqa: F401 (re-exported)
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
@@ -27,7 +28,7 @@ SCALES = (0.5, 0.63, 0.8, 1.0, 1.25, 1.6, 2.0, 2.5, 3.2, 4.0)
 def _finite_median(xs: Sequence[float]) -> float:
     """Median of the finite values; NaN ("no data", e.g. no collective timing) when there are none."""
     v = [float(x) for x in xs if math.isfinite(x)]
-    return float(np.median(v)) if v else math.nan
+    return statistics.median(v) if v else math.nan
 
 
 class GoodputController(Controller):
@@ -41,14 +42,17 @@ class GoodputController(Controller):
         self.model = ComputeModel(history=history)
         self.last_fit: dict[str, Any] = {}
 
-    def predict(self, alpha: np.ndarray, beta: np.ndarray, B: float, comm: float, overlap: float,
-                phi: float, b_ref: float) -> tuple[float, np.ndarray]:
+    def predict(self, alpha: np.ndarray, beta: np.ndarray, totals: Sequence[float], comm: float, overlap: float,
+                phi: float, b_ref: float) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted goodput of each candidate global batch and its equal-time split:
+        (goodput (M,), splits (M, N)), all candidates in one pass of array operations."""
         lo = max(self.bounds.min_batch, 1)
-        b = equal_time_split(alpha, beta, B, lo, np.asarray(self.bounds.max_batch, dtype=float))
-        tc = float(np.max(alpha + beta * b))
-        step = tc + max(comm - overlap * tc, 0.05 * comm)
-        eff = (phi + b_ref) / (phi + b.sum()) if math.isfinite(phi) and phi > 0 else 1.0
-        return b.sum() / step * eff, b
+        b = equal_time_splits(alpha, beta, totals, lo, np.asarray(self.bounds.max_batch, dtype=float))
+        tc = np.max(alpha + beta * b, axis=1)
+        step = tc + np.maximum(comm - overlap * tc, 0.05 * comm)
+        B = b.sum(axis=1)
+        eff = (phi + b_ref) / (phi + B) if math.isfinite(phi) and phi > 0 else 1.0
+        return B / step * eff, b
 
     def decide(self, state: ClusterState) -> Sequence[float]:
         return list(self.choose(state)[0])
@@ -83,10 +87,11 @@ class GoodputController(Controller):
             cands = sorted({float(np.clip(s * b_ref, lo, hi)) for s in self.scales} | {B_now})
         else:
             cands = [B_now]
-        scored = {B: self.predict(alpha, beta, B, comm, overlap, phi, b_ref) for B in cands}   # B_now included
-        g_now, b_now = scored[B_now]
-        B_best = max(cands, key=lambda B: scored[B][0])
-        g_best, b_best = scored[B_best]
+        goodput, splits = self.predict(alpha, beta, cands, comm, overlap, phi, b_ref)   # B_now included
+        i_now, i_best = cands.index(B_now), int(np.argmax(goodput))
+        g_now, b_now = float(goodput[i_now]), splits[i_now]
+        g_best, b_best = float(goodput[i_best]), splits[i_best]
+        B_best = cands[i_best]
         self.last_fit = {"alpha": alpha.tolist(), "beta": beta.tolist(), "comm": comm, "overlap": overlap,
                          "B": B_best, "goodput": g_best}
         if g_best < (1.0 + self.switch_gain) * g_now:

@@ -14,6 +14,13 @@ own scatter if larger) is held back, not fitted; a second one in a row in the sa
 restarts that rank's history from those two observations (one jump to the new split, measured
 in the bench: 2 intervals instead of a 12 s staircase), while a lone outlier is dropped, so
 measurement noise alone does not reset or skew the fit.
+
+After a restart the history holds one batch size, so the fixed cost is not identifiable again
+until a second size is seen. Counting it as zero meanwhile (time proportional to the batch)
+made the smallest global batch look best: live, on the overhead-dominated ResNet-1D, one
+restart sent the goodput plan from B=257 to 64 and cost accuracy. Instead the rank keeps the
+fit it had before the change, scaled by one factor to the new observations (``fit_scaled``):
+a slowdown is assumed to stretch fixed and per-sample cost alike until two sizes say otherwise.
 """
 from __future__ import annotations
 
@@ -52,6 +59,18 @@ def fit_affine(b: Sequence[float], t: Sequence[float]) -> tuple[float, float]:
     return 0.0, sum(y / x for x, y in pts) / len(pts)
 
 
+def fit_scaled(prior: tuple[float, float], b: Sequence[float], t: Sequence[float]) -> tuple[float, float]:
+    """(s * alpha0, s * beta0): the prior fit scaled by the least-squares factor s to the points."""
+    a0, b0 = prior
+    pts = [(float(x), float(y)) for x, y in zip(b, t)
+           if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0]
+    if not pts:
+        return math.nan, math.nan
+    p = [a0 + b0 * x for x, _ in pts]
+    scale = sum(pi * y for pi, (_, y) in zip(p, pts)) / sum(pi * pi for pi in p)
+    return scale * a0, scale * b0
+
+
 def identified(b: Sequence[float]) -> bool:
     """True when the sizes are spread enough (> 5% of their mean) to fit a fixed cost."""
     b = [float(x) for x in b]
@@ -61,28 +80,36 @@ def identified(b: Sequence[float]) -> bool:
 def equal_time_split(alpha: np.ndarray, beta: np.ndarray, total: float, lo: float, hi: np.ndarray) -> np.ndarray:
     """Continuous split of ``total`` equalising alpha_i + beta_i b_i within [lo, hi_i].
 
-    Closed form T = (total - fixed + sum alpha/beta) / sum 1/beta over the unclipped ranks,
-    repeated after clipping the ranks that leave [lo, hi_i] (at most N rounds, usually 1-2)."""
-    n = alpha.size
-    b = np.empty(n)
-    free = np.ones(n, dtype=bool)
-    hi = np.asarray(hi, dtype=float)
-    for _ in range(n + 1):
-        fixed = float(b[~free].sum()) if (~free).any() else 0.0
-        inv = 1.0 / beta[free]
-        t = (total - fixed + float((alpha[free] * inv).sum())) / float(inv.sum())
-        cand = (t - alpha[free]) * inv
-        idx = np.flatnonzero(free)
-        low, high = cand < lo, cand > hi[idx]
-        if not (low.any() or high.any()):
-            b[idx] = cand
-            break
-        b[idx[low]] = lo
-        b[idx[high]] = hi[idx[high]]
-        free[idx[low | high]] = False
-        if not free.any():
-            break
-    return b
+    Every rank not at a bound finishes at the same time T, ranks at ``lo`` take longer and
+    ranks at ``hi_i`` less (exact water filling, see ``equal_time_splits``). A total outside
+    [N lo, sum hi] gives every rank its bound."""
+    return equal_time_splits(alpha, beta, [total], lo, hi)[0]
+
+
+def equal_time_splits(alpha: np.ndarray, beta: np.ndarray, totals: Sequence[float], lo: float,
+                      hi: np.ndarray) -> np.ndarray:
+    """``equal_time_split`` of several totals at once: an (len(totals), N) array.
+
+    The split at finish time T is b_i(T) = clip((T - alpha_i) / beta_i, lo, hi_i), and its sum
+    F(T) is piecewise linear and non-decreasing with breakpoints where a rank meets a bound. F is
+    evaluated at the 2N breakpoints, each total is located between two of them and T
+    interpolated: exact (a greedy clip-and-repeat left ranks floored that should have come back
+    once other ranks hit their caps) and one pass for all totals (the goodput model scores ~11
+    candidate global batches per decision)."""
+    alpha = np.asarray(alpha, dtype=float)
+    inv = 1.0 / np.asarray(beta, dtype=float)
+    if inv.shape != alpha.shape or np.size(hi) not in (1, alpha.size):
+        raise ValueError(f"equal_time_splits: alpha {alpha.shape}, beta {inv.shape} and hi {np.shape(hi)} "
+                         "must have one entry per rank")
+    hi = np.maximum(np.broadcast_to(np.asarray(hi, dtype=float), alpha.shape), lo)
+    totals = np.asarray(totals, dtype=float).reshape(-1)
+    bp = np.sort(np.concatenate([alpha + lo / inv, alpha + hi / inv]))
+    F = np.clip((bp[:, None] - alpha) * inv, lo, hi).sum(axis=1)
+    k = np.clip(np.searchsorted(F, totals, side="left"), 1, bp.size - 1)
+    dF = F[k] - F[k - 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        T = np.where(dF > 0, bp[k - 1] + (totals - F[k - 1]) * (bp[k] - bp[k - 1]) / dF, bp[k])
+    return np.clip((T[:, None] - alpha) * inv, lo, hi)
 
 
 class ComputeModel:
@@ -96,6 +123,7 @@ class ComputeModel:
         self.history, self.change_tol = int(history), float(change_tol)
         self.obs: list[deque] = []
         self.pending: list = []    # per rank: (sign, (b, t)) of an unconfirmed deviation, or None
+        self.prior: list = []      # per rank: the (alpha, beta) fitted before the last restart, or None
         self.resets = 0
         self._fit: tuple[np.ndarray, np.ndarray] | None = None   # fit() of the current history
 
@@ -105,6 +133,7 @@ class ComputeModel:
         if len(self.obs) != len(sizes):
             self.obs = [deque(maxlen=self.history) for _ in sizes]
             self.pending = [None] * len(sizes)
+            self.prior = [None] * len(sizes)
         for i, (b, t) in enumerate(zip(sizes, times)):
             b, t = float(b), float(t)
             if not (math.isfinite(t) and t > 0 and b > 0):
@@ -114,7 +143,10 @@ class ComputeModel:
             held = self.pending[i]
             if dev != 0 and held is not None and dev == held[0]:
                 # two deviations in a row in the same direction: the rank changed; the history
-                # restarts from the observations made since the change
+                # restarts from the observations made since the change; the fit before it is the
+                # prior until the new history identifies a fixed cost
+                alpha, beta = self._fit_rank(i)
+                self.prior[i] = (alpha, beta) if math.isfinite(alpha) and alpha > 0 and beta > 0 else None
                 d.clear()
                 d.append(held[1])
                 d.append((b, t))
@@ -162,16 +194,25 @@ class ComputeModel:
         return self._fit[0].copy(), self._fit[1].copy()
 
     def _compute_fit(self) -> tuple[np.ndarray, np.ndarray]:
-        fits = [fit_affine([p[0] for p in d], [p[1] for p in d]) for d in self.obs]
+        fits = [self._fit_rank(i) for i in range(len(self.obs))]
         alpha = np.array([f[0] for f in fits], dtype=float)
         beta = np.array([f[1] for f in fits], dtype=float)
+        if all(math.isfinite(f[1]) for f in fits):
+            return alpha, beta
         if np.isfinite(beta).any():
             alpha = np.where(np.isfinite(alpha), alpha, np.nanmean(alpha))
             beta = np.where(np.isfinite(beta), beta, np.nanmean(beta))
         return alpha, beta
 
+    def _fit_rank(self, i: int) -> tuple[float, float]:
+        bs, ts = [p[0] for p in self.obs[i]], [p[1] for p in self.obs[i]]
+        prior = self.prior[i] if i < len(self.prior) else None
+        if prior is not None and not identified(bs):
+            return fit_scaled(prior, bs, ts)
+        return fit_affine(bs, ts)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"obs": [list(d) for d in self.obs],
+        return {"obs": [list(d) for d in self.obs], "prior": [None if p is None else list(p) for p in self.prior],
                 "pending": [None if p is None else [p[0], list(p[1])] for p in self.pending], "resets": self.resets}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -179,4 +220,6 @@ class ComputeModel:
         self.obs = [deque((tuple(p) for p in d), maxlen=self.history) for d in state.get("obs", [])]
         self.pending = [None if p is None else (int(p[0]), tuple(p[1]))
                         for p in state.get("pending", [None] * len(self.obs))]
+        self.prior = [None if p is None else (float(p[0]), float(p[1]))
+                      for p in state.get("prior", [None] * len(self.obs))]
         self.resets = int(state.get("resets", 0))

@@ -174,6 +174,9 @@ class PPOController(Controller):
         from dynamix_hvd.agent.actions import proposal_from_action
         from dynamix_hvd.agent.env import global_action_feature
         sizes = state.plan.batch_sizes
+        if len(sizes) != len(self.bounds.max_batch):
+            raise ValueError(f"state has {len(sizes)} workers; this controller was built for "
+                             f"{len(self.bounds.max_batch)} workers (one max_batch per rank)")
         if self.target_B is None or self.last_levels is None or self.last_levels.size != len(sizes):
             self.target_B = float(sum(sizes))
         if self.anchor is not None:

@@ -47,6 +47,7 @@ def test_finetune_through_hook_and_checkpoint(comm):
         assert ctl is not None and ctl.name == "ppo" and ctl.finetuner is not None
         assert ctl.finetuner.wait(60)
         assert ctl.finetuner.n_updates >= 1, ctl.finetune_info()
+        dyn.log.flush()           # the log is written by a background thread
         records = [json.loads(line) for line in open(Path(run_dir) / "events.jsonl")]
         decisions = [r for r in records if "finetune" in r]
         assert decisions and decisions[-1]["finetune"]["n_transitions"] >= 3

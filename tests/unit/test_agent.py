@@ -142,6 +142,37 @@ def test_ppo_controller_applies_to_any_n(tiny_policy, n):
     assert ctl2.target_B == ctl.target_B
 
 
+def test_numpy_actor_matches_torch_and_follows_weight_updates():
+    import torch
+    from dynamix_hvd.agent.policy import RowNet
+    torch.manual_seed(0)
+    net = RowNet(n_features=29, n_rows=8, n_levels=5, n_global=3, hidden=16)
+    rng = np.random.default_rng(0)
+
+    def torch_logits(obs):
+        x = torch.cat([torch.ones(obs.shape[0], 1), torch.as_tensor(obs)], dim=1).unsqueeze(0)
+        with torch.no_grad():
+            row, glob = net.actor_logits(x)
+        return row[0].numpy(), glob[0].numpy()
+
+    for n in (1, 3, 8, 64):
+        obs = rng.standard_normal((n, 28)).astype(np.float32)
+        (rt, gt), (rn, gn) = torch_logits(obs), net.actor_logits_numpy(obs)
+        assert np.allclose(rt, rn, atol=1e-5) and np.allclose(gt, gn, atol=1e-5)
+        idx, gidx = net.act_rows(obs)
+        assert np.array_equal(idx, rt.argmax(-1)) and gidx == int(gt.argmax())
+    # an optimizer step changes the weights in place: the numpy copy must follow
+    obs = rng.standard_normal((4, 28)).astype(np.float32)
+    before = net.actor_logits_numpy(obs)[0].copy()
+    opt = torch.optim.SGD(net.parameters(), lr=0.5)
+    x = torch.cat([torch.ones(4, 1), torch.as_tensor(obs)], dim=1).unsqueeze(0)
+    net.actor_logits(x)[0].sum().backward()
+    opt.step()
+    after = net.actor_logits_numpy(obs)[0]
+    assert not np.allclose(before, after)
+    assert np.allclose(after, torch_logits(obs)[0], atol=1e-5)
+
+
 def test_ppo_controller_runs_in_rollout(tiny_policy):
     res = run_episode(ClusterSim(SMALL.sim), factory("ppo", policy=str(tiny_policy)), seed=1)
     assert np.isfinite(res.ret) and res.decisions == SMALL.sim.episode_len - 1

@@ -148,6 +148,85 @@ def test_compute_model_forgets_a_rank_that_slowed_down():
     assert (alpha[1] + beta[1] * 32) == pytest.approx(0.005 + 4e-3 * 32, rel=1e-6)
 
 
+def test_compute_model_keeps_the_fixed_cost_through_a_restart():
+    # fitted alpha=0.02, beta=1e-4 (fixed cost dominates); then the rank slows 2x uniformly at one size
+    from dynamix_hvd.controllers.model import ComputeModel
+    m = ComputeModel(history=16)
+    for b in (32, 64, 48, 32, 64, 48):
+        m.add([b], [0.02 + 1e-4 * b])
+    m.add([48], [2 * (0.02 + 1e-4 * 48)])
+    m.add([48], [2 * (0.02 + 1e-4 * 48)])
+    assert m.resets == 1
+    alpha, beta = m.fit()
+    # the prior scaled by 2, not "time proportional to the batch" (alpha=0, beta=t/b)
+    assert alpha[0] == pytest.approx(0.04, rel=1e-6) and beta[0] == pytest.approx(2e-4, rel=1e-6)
+    m2 = ComputeModel(history=16)
+    m2.load_state_dict(m.state_dict())
+    assert np.allclose(m2.fit(), m.fit())
+    # a second size after the restart identifies the fit again and the prior no longer applies:
+    # points on another line through the two restart points (t = 0.01 + 8.25e-4 b at b = 48)
+    beta2 = (2 * (0.02 + 1e-4 * 48) - 0.01) / 48
+    m.add([64], [0.01 + beta2 * 64])
+    m.add([32], [0.01 + beta2 * 32])
+    alpha, beta = m.fit()
+    assert m.resets == 1
+    assert alpha[0] == pytest.approx(0.01, rel=1e-6) and beta[0] == pytest.approx(beta2, rel=1e-6)
+
+
+def test_goodput_global_batch_does_not_collapse_after_a_uniform_slowdown():
+    # overhead-dominated ranks (fixed cost 20x the per-sample cost at b=32), a small noise scale so the
+    # best global batch trades amortising the fixed cost against statistical efficiency; every rank
+    # then slows 2x.
+    # Fixed and per-sample cost grow alike, so the best global batch is unchanged or larger (comm is
+    # relatively cheaper); with "alpha = 0 after a restart" it fell to the smallest candidate.
+    n, alpha, beta = 4, 0.02, 3e-5
+    ctl = make_controller("goodput", PlanBounds(max_batch=(512,) * n, min_batch=1, deadband=0.0), 32)
+
+    def state(sizes, slow):
+        ws = [WorkerStats(rank=r, batch_size=b, max_batch=512, compute_s=slow * (alpha + beta * b),
+                          step_s=slow * (alpha + beta * b) + 0.005, comm_s=0.005, allreduce_p50_s=0.005)
+              for r, b in enumerate(sizes)]
+        return ClusterState(Plan(0, tuple(sizes)), ws, GlobalStats(noise_scale=20.0))
+
+    sizes = [32] * n
+    for _ in range(8):
+        sizes = [max(1, round(x)) for x in ctl.decide(state(sizes, 1.0))]
+    before = sum(sizes)
+    assert before > 32 * n        # the fitted fixed cost makes a larger batch worthwhile
+    after = []
+    for _ in range(4):
+        sizes = [max(1, round(x)) for x in ctl.decide(state(sizes, 2.0))]
+        after.append(sum(sizes))
+    assert ctl.model.resets >= n
+    assert min(after) >= before, after      # old rule: [64, 256, 256, 256] from 256
+
+
+def test_equal_time_splits_balance_within_bounds():
+    from dynamix_hvd.controllers.model import equal_time_split, equal_time_splits
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 9))
+        alpha = rng.uniform(0, 0.05, n) * (rng.random(n) < 0.7)
+        beta = rng.uniform(1e-4, 5e-3, n)
+        hi = rng.integers(4, 300, n).astype(float)
+        lo = float(rng.integers(1, 4))
+        totals = rng.uniform(lo * n, hi.sum() * 1.2, 5)
+        many = equal_time_splits(alpha, beta, totals, lo, hi)
+        for row, total in zip(many, totals):
+            assert np.array_equal(row, equal_time_split(alpha, beta, total, lo, hi))
+            assert np.all(row >= lo - 1e-9) and np.all(row <= hi + 1e-9)
+            assert row.sum() == pytest.approx(min(total, hi.sum()), rel=1e-9)
+            free = (row > lo + 1e-9) & (row < hi - 1e-9)
+            t = alpha + beta * row
+            if free.sum() > 1:
+                assert np.ptp(t[free]) < 1e-9 * t.max()            # unclipped ranks finish together
+            if free.any():
+                assert np.all(t[row >= hi - 1e-9] <= t[free].max() * (1 + 1e-9))    # capped ranks are faster
+                assert np.all(t[row <= lo + 1e-9] >= t[free].min() * (1 - 1e-9))    # floored ranks are slower
+    # one rank: everything goes to it, within its bounds
+    assert equal_time_split(np.array([0.01]), np.array([1e-3]), 50.0, 1.0, np.array([64.0]))[0] == pytest.approx(50.0)
+
+
 def test_goodput_grows_batch_when_comm_bound_and_noise_scale_large():
     ctl = make_controller("goodput", PlanBounds(max_batch=(512,) * 4, max_global_batch=512), 32)
     s = _state([32] * 4, [1e-3] * 4, comm=0.5, noise_scale=1e5)
