@@ -1,0 +1,50 @@
+"""Adaptation after a node slows down, from a `dynamix bench` output directory.
+
+    .venv/bin/python benchmarks/bench_adaptation.py runs/slow [--rank 2] [--event-s 4] [--max-batch 12]
+
+For every controller run (``OUT/<controller>[.rN]/rank<R>.jsonl``) prints when rank R first ran a
+batch of at most ``--max-batch`` samples after the event, how many steps ran before that, and the
+time those steps cost beyond the run's median step time after adaptation (scaled by the global
+batch, so a controller that also changed B is compared per sample). Static runs are skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def adaptation(steps: list[dict], event_s: float, max_batch: int) -> tuple[float, int, float] | None:
+    after = [s for s in steps if s["t"] >= event_s]
+    first = next((s for s in after if s["b"] <= max_batch), None)
+    if first is None:
+        return None
+    lag = [s for s in after if s["t"] < first["t"]]
+    settled = [s for s in after if s["t"] >= first["t"] + 1.0] or [s for s in after if s["t"] >= first["t"]]
+    per_sample = statistics.median(s["step_s"] / s["B"] for s in settled)
+    lost = sum(s["step_s"] - per_sample * s["B"] for s in lag)
+    return first["t"] - event_s, len(lag), lost
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("out", type=Path)
+    p.add_argument("--rank", type=int, default=2)
+    p.add_argument("--event-s", type=float, default=4.0)
+    p.add_argument("--max-batch", type=int, default=12)
+    args = p.parse_args()
+    for run in sorted(d for d in args.out.iterdir() if (d / f"rank{args.rank}.jsonl").is_file()):
+        if run.name.split(".")[0] == "static":
+            continue
+        steps = [json.loads(line) for line in open(run / f"rank{args.rank}.jsonl")]
+        res = adaptation(steps, args.event_s, args.max_batch)
+        if res is None:
+            print(f"{run.name:18s} rank {args.rank} never ran <= {args.max_batch} samples after the event")
+            continue
+        dt, n, lost = res
+        print(f"{run.name:18s} adapted {dt:.2f} s after the event; {n} steps before; time lost {lost:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
