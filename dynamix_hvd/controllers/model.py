@@ -32,6 +32,12 @@ from typing import Any, Sequence
 import numpy as np
 
 
+def _points(b: Sequence[float], t: Sequence[float]) -> list[tuple[float, float]]:
+    """The usable (b, t) pairs: finite and positive."""
+    return [(float(x), float(y)) for x, y in zip(b, t)
+            if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0]
+
+
 def fit_affine(b: Sequence[float], t: Sequence[float]) -> tuple[float, float]:
     """(alpha, beta) of t = alpha + beta * b, with alpha >= 0 and beta > 0.
 
@@ -39,8 +45,7 @@ def fit_affine(b: Sequence[float], t: Sequence[float]) -> tuple[float, float]:
     identifiable and ``alpha = 0`` (time proportional to the batch). Plain Python over the
     (<= ``history``) points: numpy's per-call overhead dominated the simulator's training loop,
     which fits every rank at every decision."""
-    pts = [(float(x), float(y)) for x, y in zip(b, t)
-           if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0]
+    pts = _points(b, t)
     if not pts:
         return math.nan, math.nan
     bs = [p[0] for p in pts]
@@ -62,8 +67,7 @@ def fit_affine(b: Sequence[float], t: Sequence[float]) -> tuple[float, float]:
 def fit_scaled(prior: tuple[float, float], b: Sequence[float], t: Sequence[float]) -> tuple[float, float]:
     """(s * alpha0, s * beta0): the prior fit scaled by the least-squares factor s to the points."""
     a0, b0 = prior
-    pts = [(float(x), float(y)) for x, y in zip(b, t)
-           if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0]
+    pts = _points(b, t)
     if not pts:
         return math.nan, math.nan
     p = [a0 + b0 * x for x, _ in pts]
@@ -206,7 +210,7 @@ class ComputeModel:
 
     def _fit_rank(self, i: int) -> tuple[float, float]:
         bs, ts = [p[0] for p in self.obs[i]], [p[1] for p in self.obs[i]]
-        prior = self.prior[i] if i < len(self.prior) else None
+        prior = self.prior[i]
         if prior is not None and not identified(bs):
             return fit_scaled(prior, bs, ts)
         return fit_affine(bs, ts)
