@@ -279,7 +279,16 @@ def run(args: argparse.Namespace) -> int:
     names = [c.strip() for c in args.controllers.split(",") if c.strip()]
     from dynamix_hvd.controllers import REGISTRY
 
-    unknown = [n for n in names if n not in REGISTRY]
+    from dynamix_hvd.emulate.worker import parse_controller
+
+    unknown = []
+    for n in names:
+        try:
+            if parse_controller(n)[0] not in REGISTRY:
+                unknown.append(n)
+        except ValueError as exc:
+            print(f"dynamix bench: {exc}", file=sys.stderr)
+            return 2
     if unknown:
         print(f"dynamix bench: unknown controller(s) {unknown}; choose from {sorted(REGISTRY)}", file=sys.stderr)
         return 2

@@ -47,8 +47,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _make_controller(name: str, cfg: object, world: int, device: EmulatedDevice) -> object | None:
+def parse_controller(spec: str) -> tuple[str, int | None]:
+    """``NAME`` or ``oracle@B`` (the oracle at a fixed global batch B, for headroom sweeps)
+    -> (name, global batch or None). Raises ValueError naming a bad spec."""
+    name, sep, arg = spec.partition("@")
+    if not sep:
+        return name, None
+    if name != "oracle":
+        raise ValueError(f"controller {spec!r}: only the oracle takes a global batch (oracle@B)")
+    try:
+        b = int(arg)
+    except ValueError:
+        b = 0
+    if b < 1:
+        raise ValueError(f"controller {spec!r}: the global batch after '@' must be an integer >= 1")
+    return name, b
+
+
+def _make_controller(spec: str, cfg: object, world: int, device: EmulatedDevice) -> object | None:
     """The oracle needs the scenario's true speeds; every other controller is built by the hook."""
+    name, global_batch = parse_controller(spec)
     if name != "oracle":
         return None
     from dynamix_hvd.controllers import make_controller
@@ -57,7 +75,8 @@ def _make_controller(name: str, cfg: object, world: int, device: EmulatedDevice)
     bounds = PlanBounds(max_batch=cfg.max_batch_for(world), min_batch=cfg.min_batch,  # type: ignore[attr-defined]
                         quantum=cfg.quantum, max_global_batch=cfg.max_global_batch,  # type: ignore[attr-defined]
                         deadband=cfg.deadband)  # type: ignore[attr-defined]
-    return make_controller("oracle", bounds, cfg.base_batch, speed_fn=device.true_speeds)  # type: ignore[attr-defined]
+    return make_controller("oracle", bounds, cfg.base_batch, speed_fn=device.true_speeds,  # type: ignore[attr-defined]
+                           global_batch=global_batch)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         from dynamix_hvd.horovod import Dynamix
 
         # TensorBoard scalars are written by rank 0 once per decision (not per step): cheap
-        cfg = DynamixConfig(base_batch=sc.base_batch, controller=args.controller,
+        cfg = DynamixConfig(base_batch=sc.base_batch, controller=parse_controller(args.controller)[0],
                             interval_steps=sc.interval_steps, max_batch=tuple(device.max_batches()),
                             run_dir=str(run_dir), seed=sc.seed, tensorboard=True)
         ctl = _make_controller(args.controller, cfg, world, device) if rank == 0 else None

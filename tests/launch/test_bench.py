@@ -101,15 +101,20 @@ def _leftover(before: set[str]) -> set[str]:
 
 
 def test_bench_network_free(tmp_path: Path) -> None:
-    p, out = _bench(tmp_path, "proportional", "--no-netns")
+    # oracle@48: the oracle at a fixed global batch (the headroom sweep), 1.5x the base 2 x 16
+    p, out = _bench(tmp_path, "proportional,oracle@48", "--no-netns")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "network-free" in p.stdout
-    _check_results(out, ["proportional"])
+    res = _check_results(out, ["proportional", "oracle@48"])
+    plan = res["controllers"]["oracle@48"]["final_plan"]
+    assert sum(plan) == 48 and plan[0] > plan[1], plan
 
 
-def test_bench_rejects_unknown_controller(tmp_path: Path) -> None:
-    p, _ = _bench(tmp_path, "static,bogus")
-    assert p.returncode == 2 and "bogus" in p.stderr
+@pytest.mark.parametrize("spec,words", [("static,bogus", ["bogus"]), ("oracle@x", ["oracle@x", "integer"]),
+                                        ("oracle@0", ["oracle@0", ">= 1"]), ("goodput@64", ["only the oracle"])])
+def test_bench_rejects_unknown_controller(tmp_path: Path, spec: str, words: list[str]) -> None:
+    p, _ = _bench(tmp_path, spec)
+    assert p.returncode == 2 and all(w in p.stderr for w in words), p.stderr
 
 
 def test_bench_bad_scenario_names_key(tmp_path: Path) -> None:
