@@ -2,7 +2,8 @@
 
 Per rank it fits a throughput model ``t_i(b) = alpha_i + beta_i * b`` (least squares over the
 recent (b_i, compute_s) observations; ``alpha_i = 0`` until two distinct sizes were seen), adds
-the communication time left exposed after overlap, and multiplies throughput by the statistical
+the per-step communication left exposed after overlap (the larger of the allreduce p50 and the
+measured step time minus the slowest rank's compute), and multiplies throughput by the statistical
 efficiency ``E(B) = (phi + B_ref) / (phi + B)`` from the gradient noise scale ``phi =
 glob.noise_scale``. It picks the global batch B from a grid around B_ref (= base_batch x N) that
 maximises predicted goodput ``B / T(B) * E(B)`` and splits it so every rank's predicted compute
@@ -75,6 +76,13 @@ class GoodputController(Controller):
         if not math.isfinite(comm):
             comm = max(0.0, step - max_c) if math.isfinite(step) and math.isfinite(max_c) else 0.0
         exposed = step - max_c if math.isfinite(step) and math.isfinite(max_c) else comm
+        # The per-step cost that does not scale with the batch is at least what the slowest rank
+        # spends outside compute: Horovod issues several allreduces per step plus its negotiation,
+        # so one call's p50 undercounts it (live, link_degrade: 5-14 ms modelled, ~50 ms exposed),
+        # which made small global batches look cheap. Pollux fits its sync term to measured
+        # iteration times for the same reason.
+        if math.isfinite(exposed) and exposed > comm:
+            comm = exposed
         overlap = float(np.clip((comm - exposed) / max_c, 0.0, 1.0)) if max_c and math.isfinite(max_c) and max_c > 0 else 0.0
         phi = float(state.glob.noise_scale)
         b_ref = float(self.base_batch * n)

@@ -233,6 +233,20 @@ def test_goodput_grows_batch_when_comm_bound_and_noise_scale_large():
     assert sum(ctl.decide(s)) > 128 * 1.5
 
 
+def test_goodput_counts_the_measured_exposed_step_overhead():
+    # one allreduce call takes 1 ms but the step spends 60 ms outside compute (several calls,
+    # negotiation, a slow link): the per-step overhead is what a larger batch amortises
+    def state(exposed):
+        ws = [WorkerStats(rank=r, batch_size=32, max_batch=512, compute_s=0.032, step_s=0.032 + exposed,
+                          comm_s=exposed, allreduce_p50_s=0.001) for r in range(4)]
+        return ClusterState(Plan(0, (32,) * 4), ws, GlobalStats(noise_scale=200.0))
+
+    bounds = PlanBounds(max_batch=(512,) * 4, min_batch=1, deadband=0.0)
+    small = sum(make_controller("goodput", bounds, 32).decide(state(0.001)))
+    large = sum(make_controller("goodput", bounds, 32).decide(state(0.060)))
+    assert small < 128 and large > 128, (small, large)
+
+
 def test_goodput_keeps_batch_when_noise_scale_small_or_unknown():
     ctl = make_controller("goodput", PlanBounds(max_batch=(512,) * 4), 32)
     assert sum(ctl.decide(_state([32] * 4, [1e-3] * 4, comm=0.001, noise_scale=8.0))) <= 128 * 1.01
