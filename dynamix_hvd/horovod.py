@@ -41,7 +41,7 @@ from dynamix_hvd.lr import LRScaler, lr_factor
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan, split_global
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.observe import EpochProgress, RunLogger
-from dynamix_hvd.safety import ControllerErrors, GoodputGuard
+from dynamix_hvd.safety import ControllerErrors, GoodputGuard, unexplained_slowdown
 from dynamix_hvd.stats import NoiseScaleEstimator, Trend, statistical_efficiency
 
 N_EXTRA = 2  # per-rank GNS sums appended to the WorkerStats row
@@ -167,6 +167,7 @@ class Dynamix:
         self._errors = ControllerErrors()
         self._guard = GoodputGuard(drop=cfg.guard_drop, patience=cfg.guard_patience)
         self._changed_last = False
+        self._prev_state: ClusterState | None = None     # the last decision's state (the guard's reference)
         self.collector = self._start_collector() if cfg.collector else None
         _install_abort_on_uncaught(self.rank, self.world, self.comm.abort)
         if cfg.gns:
@@ -517,7 +518,11 @@ class Dynamix:
         current = self.sampler.plans.latest
         goodput = state.glob.samples_per_s * statistical_efficiency(
             current.global_batch, self.base_global_batch, state.glob.noise_scale)
-        if self.controller.name == "ppo" and self._guard.observe(goodput, self._changed_last):
+        slowdown = unexplained_slowdown(self._prev_state, state)
+        self._prev_state = state
+        if math.isfinite(slowdown):
+            record["cluster_slowdown"] = slowdown
+        if self.controller.name == "ppo" and self._guard.observe(goodput, self._changed_last, slowdown):
             self._fall_back(record, f"goodput fell more than {self.config.guard_drop:.0%} for "
                                     f"{self.config.guard_patience} intervals after PPO decisions")
         try:

@@ -4,12 +4,46 @@
   ``max_errors`` in a row the run falls back to the fallback controller.
 - GoodputGuard: after a learned controller's decision, if goodput (throughput x statistical
   efficiency) stays more than ``drop`` below the level before that decision for ``patience``
-  intervals, fall back (the issue's rule: 10% for 2 intervals).
+  intervals, fall back (the issue's rule: 10% for 2 intervals). A drop the cluster explains (a
+  node or link got slower: ``unexplained_slowdown``) is not the controller's fault: the guard
+  takes the new level as its reference instead of counting it.
 """
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
+
+from dynamix_hvd.records import ClusterState
+
+
+def _step_parts(state: ClusterState) -> tuple[list[float], list[float], float] | None:
+    """(batch sizes that ran, per-rank compute s, step s) of one interval; None if incomplete."""
+    b = [float(w.batch_size) for w in state.workers]
+    c = [float(w.compute_s) for w in state.workers]
+    steps = [float(w.step_s) for w in state.workers if math.isfinite(w.step_s) and w.step_s > 0]
+    if not steps or not all(math.isfinite(x) and x > 0 for x in b + c):
+        return None
+    return b, c, statistics.median(steps)
+
+
+def unexplained_slowdown(prev: ClusterState | None, cur: ClusterState) -> float:
+    """Measured step time of ``cur`` over the step time its batch sizes would have taken in
+    ``prev``'s cluster (each rank's compute per sample and the per-step overhead outside compute,
+    both as measured in ``prev``). About 1 when the plan explains the step time; well above 1
+    when the cluster itself got slower (a node slowed, a link degraded). NaN without data.
+
+    Live, the guard without this fell back from PPO in every node_slowdown and link_degrade run:
+    the event's drop came one interval after a (small) PPO plan change and was blamed on it."""
+    if prev is None or prev.world_size != cur.world_size:
+        return math.nan
+    p, q = _step_parts(prev), _step_parts(cur)
+    if p is None or q is None:
+        return math.nan
+    (b0, c0, t0), (b1, _, t1) = p, q
+    overhead = max(t0 - max(c0), 0.0)
+    expected = max(b * c / b_prev for b, c, b_prev in zip(b1, c0, b0)) + overhead
+    return t1 / expected if expected > 0 else math.nan
 
 
 @dataclass
@@ -20,13 +54,22 @@ class GoodputGuard:
     bad: int = 0
     history: list[float] = field(default_factory=list)
 
-    def observe(self, goodput: float, plan_changed_last_time: bool) -> bool:
-        """Feed one interval's goodput; True when the guard fires (fall back now)."""
+    external: int = 0            # drops explained by the cluster (not counted), for the log
+
+    def observe(self, goodput: float, plan_changed_last_time: bool, slowdown: float = math.nan) -> bool:
+        """Feed one interval's goodput; True when the guard fires (fall back now).
+
+        ``slowdown``: ``unexplained_slowdown`` of this interval. Above ``1 + drop`` the cluster
+        got slower by itself: the level it leaves is the new reference, nothing is counted."""
         if not math.isfinite(goodput) or goodput <= 0:
             return False
         self.history.append(goodput)
         if not math.isfinite(self.baseline):
             self.baseline = goodput
+            return False
+        if math.isfinite(slowdown) and slowdown > 1.0 + self.drop:
+            self.baseline, self.bad = goodput, 0
+            self.external += 1
             return False
         if goodput < (1.0 - self.drop) * self.baseline:
             self.bad += 1

@@ -24,3 +24,44 @@ def test_controller_errors():
     e.ok()
     assert not e.failed()
     assert e.failed()
+
+
+def _interval(sizes, compute, step):
+    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
+    ws = [WorkerStats(rank=r, batch_size=b, max_batch=256, compute_s=c, step_s=step)
+          for r, (b, c) in enumerate(zip(sizes, compute))]
+    return ClusterState(Plan(0, tuple(sizes)), ws, GlobalStats())
+
+
+def test_unexplained_slowdown_separates_the_cluster_from_the_plan():
+    import math
+    from dynamix_hvd.safety import unexplained_slowdown
+    # 4 ranks, 3 ms fixed + 1 ms per sample, 9 ms per step outside compute
+    before = _interval([16] * 4, [0.019] * 4, 0.028)
+    # rank 2 becomes 4x slower per sample at the same plan: the cluster explains the slower step
+    node = _interval([16] * 4, [0.019, 0.019, 0.067, 0.019], 0.076)
+    assert unexplained_slowdown(before, node) > 2.0
+    # a link degrades: compute unchanged, the overhead outside compute goes from 9 to 50 ms
+    link = _interval([16] * 4, [0.019] * 4, 0.069)
+    assert unexplained_slowdown(before, link) > 2.0
+    # the plan moves 10 samples onto rank 2 (no cluster change): the step time is what the plan
+    # predicts from the old rates, so the slowdown is the plan's
+    plan = _interval([13, 13, 26, 12], [0.016, 0.016, 0.029, 0.015], 0.038)
+    assert 0.9 < unexplained_slowdown(before, plan) < 1.1
+    assert math.isnan(unexplained_slowdown(None, plan))
+    assert math.isnan(unexplained_slowdown(before, _interval([16] * 4, [float("nan")] * 4, 0.03)))
+
+
+def test_guard_does_not_blame_the_controller_for_a_cluster_slowdown():
+    g = GoodputGuard(drop=0.1, patience=2)
+    g.observe(100.0, False)
+    g.observe(100.0, False)
+    # a node slows right after a plan change: goodput halves, but the cluster explains it
+    assert not g.observe(50.0, True, slowdown=1.9)
+    assert not g.observe(48.0, False, slowdown=1.0)   # the new level is the reference
+    assert not g.observe(49.0, False, slowdown=1.0)
+    assert g.external == 1 and g.bad == 0
+    # a drop the cluster does not explain after a decision still fires
+    assert not g.observe(40.0, True, slowdown=1.02)
+    assert g.observe(39.0, False, slowdown=1.0)
