@@ -522,11 +522,19 @@ class Dynamix:
         self._prev_state = state
         if math.isfinite(slowdown):
             record["cluster_slowdown"] = slowdown
-        if self.controller.name == "ppo" and self._guard.observe(goodput, self._changed_last, slowdown):
+        revert_B = math.nan
+        if self.controller.name == "ppo" and self._guard.observe(goodput, self._changed_last, slowdown,
+                                                                 float(current.global_batch)):
             self._fall_back(record, f"goodput fell more than {self.config.guard_drop:.0%} for "
                                     f"{self.config.guard_patience} intervals after PPO decisions")
+            # undo the decisions that lost the goodput: the fallback starts from the global batch the
+            # guard's reference level was measured at (the fallback keeps the global batch it is given)
+            revert_B = self._guard.baseline_B
+            record["fallback"]["global_batch"] = revert_B
         try:
             proposed = self.controller.decide(state)
+            if math.isfinite(revert_B) and revert_B > 0 and sum(proposed) > 0:
+                proposed = [float(x) * revert_B / float(sum(proposed)) for x in proposed]
             proposal = next_plan(current, proposed, self.bounds, step + 1 + self.lag_steps)
             self._errors.ok()
         except Exception as exc:  # noqa: BLE001 - a controller fault must not stop training

@@ -55,8 +55,10 @@ class GoodputGuard:
     history: list[float] = field(default_factory=list)
 
     external: int = 0            # drops explained by the cluster (not counted), for the log
+    baseline_B: float = float("nan")   # the global batch the reference level was measured at
 
-    def observe(self, goodput: float, plan_changed_last_time: bool, slowdown: float = math.nan) -> bool:
+    def observe(self, goodput: float, plan_changed_last_time: bool, slowdown: float = math.nan,
+                global_batch: float = math.nan) -> bool:
         """Feed one interval's goodput; True when the guard fires (fall back now).
 
         ``slowdown``: ``unexplained_slowdown`` of this interval. Above ``1 + drop`` the cluster
@@ -65,10 +67,10 @@ class GoodputGuard:
             return False
         self.history.append(goodput)
         if not math.isfinite(self.baseline):
-            self.baseline = goodput
+            self.baseline, self.baseline_B = goodput, global_batch
             return False
         if math.isfinite(slowdown) and slowdown > 1.0 + self.drop:
-            self.baseline, self.bad = goodput, 0
+            self.baseline, self.bad, self.baseline_B = goodput, 0, global_batch
             self.external += 1
             return False
         if goodput < (1.0 - self.drop) * self.baseline:
@@ -78,6 +80,7 @@ class GoodputGuard:
             if not plan_changed_last_time:
                 # steady state under an unchanged plan: the new reference level
                 self.baseline = 0.5 * self.baseline + 0.5 * goodput
+                self.baseline_B = global_batch
         return self.bad >= self.patience
 
 

@@ -65,3 +65,12 @@ def test_guard_does_not_blame_the_controller_for_a_cluster_slowdown():
     # a drop the cluster does not explain after a decision still fires
     assert not g.observe(40.0, True, slowdown=1.02)
     assert g.observe(39.0, False, slowdown=1.0)
+
+
+def test_guard_remembers_the_global_batch_of_its_reference():
+    g = GoodputGuard(drop=0.1, patience=2)
+    g.observe(100.0, False, global_batch=128)
+    g.observe(100.0, False, global_batch=128)
+    assert not g.observe(80.0, True, global_batch=256)      # the decision that doubled B
+    assert g.observe(80.0, False, global_batch=256)
+    assert g.baseline_B == 128                               # what the fallback restores
