@@ -28,10 +28,15 @@ def _step_parts(state: ClusterState) -> tuple[list[float], list[float], float] |
 
 
 def unexplained_slowdown(prev: ClusterState | None, cur: ClusterState) -> float:
-    """Measured step time of ``cur`` over the step time its batch sizes would have taken in
-    ``prev``'s cluster (each rank's compute per sample and the per-step overhead outside compute,
-    both as measured in ``prev``). About 1 when the plan explains the step time; well above 1
-    when the cluster itself got slower (a node slowed, a link degraded). NaN without data.
+    """Measured step time of ``cur`` over the longest step time its batch sizes could take in
+    ``prev``'s cluster; at most about 1 when the plan explains the step time, well above 1 when the
+    cluster itself got slower (a node slowed, a link degraded). NaN without data.
+
+    A rank's compute time is affine in its batch with a fixed cost >= 0, so relative to the
+    previous interval it at most scales with the batch when the batch grows and at most stays when
+    it shrinks: ``c_prev * max(1, b / b_prev)`` bounds it whatever the fixed cost. The per-step
+    overhead outside compute is the previous interval's. Using the upper bound means a plan change
+    (say, PPO halving the batch on an overhead-dominated model) is never mistaken for the cluster.
 
     Live, the guard without this fell back from PPO in every node_slowdown and link_degrade run:
     the event's drop came one interval after a (small) PPO plan change and was blamed on it."""
@@ -42,7 +47,7 @@ def unexplained_slowdown(prev: ClusterState | None, cur: ClusterState) -> float:
         return math.nan
     (b0, c0, t0), (b1, _, t1) = p, q
     overhead = max(t0 - max(c0), 0.0)
-    expected = max(b * c / b_prev for b, c, b_prev in zip(b1, c0, b0)) + overhead
+    expected = max(c * max(1.0, b / b_prev) for b, c, b_prev in zip(b1, c0, b0)) + overhead
     return t1 / expected if expected > 0 else math.nan
 
 

@@ -49,6 +49,11 @@ def test_unexplained_slowdown_separates_the_cluster_from_the_plan():
     # predicts from the old rates, so the slowdown is the plan's
     plan = _interval([13, 13, 26, 12], [0.016, 0.016, 0.029, 0.015], 0.038)
     assert 0.9 < unexplained_slowdown(before, plan) < 1.1
+    # halving every batch of an overhead-dominated model (15 ms fixed, 0.2 ms per sample): per-sample
+    # scaling would expect 16 ms of compute, the truth is 21.4 ms; the plan still explains it
+    heavy = _interval([64] * 4, [0.0278] * 4, 0.038)
+    halved = _interval([32] * 4, [0.0214] * 4, 0.0316)
+    assert unexplained_slowdown(heavy, halved) <= 1.0
     assert math.isnan(unexplained_slowdown(None, plan))
     assert math.isnan(unexplained_slowdown(before, _interval([16] * 4, [float("nan")] * 4, 0.03)))
 
