@@ -63,14 +63,14 @@ def test_balanced_anchor_zero_action_is_the_equal_time_split():
     from dynamix_hvd.agent.actions import BalancedAnchor
     alpha, beta = np.array([0.010, 0.010, 0.004]), np.array([1e-3, 4e-3, 2e-3])
     anchor = BalancedAnchor()
-    for sizes in ([32, 32, 32], [40, 20, 36]):          # two distinct sizes per rank: affine fit identified
+    for sizes in ([32, 32, 32], [48, 20, 20]):          # two sizes per rank, > 25% apart: affine fit identified
         anchor.observe(_timed_state(sizes, alpha + beta * np.array(sizes, dtype=float)))
     bounds = PlanBounds(max_batch=(256,) * 3)
     cfg = ActionConfig(anchor="balanced")
-    prop, target = proposal_from_action([40, 20, 36], np.zeros(3), 1, 96, cfg, bounds, anchor)
+    prop, target = proposal_from_action([48, 20, 20], np.zeros(3), 1, 96, cfg, bounds, anchor)
     t = alpha + beta * prop
     assert target == pytest.approx(96) and prop.sum() == pytest.approx(96) and np.ptp(t) < 1e-6
-    moved, _ = proposal_from_action([40, 20, 36], np.array([0, 0, -2]), 1, 96, cfg, bounds, anchor)
+    moved, _ = proposal_from_action([48, 20, 20], np.array([0, 0, -2]), 1, 96, cfg, bounds, anchor)
     assert moved[2] < prop[2] and moved.sum() == pytest.approx(96)
     with pytest.raises(ValueError, match="needs an anchor"):
         proposal_from_action([32, 32, 32], np.zeros(3), 1, 96, cfg, bounds)
