@@ -533,8 +533,9 @@ class Dynamix:
             record["fallback"]["global_batch"] = revert_B
         try:
             proposed = self.controller.decide(state)
-            if math.isfinite(revert_B) and revert_B > 0 and sum(proposed) > 0:
-                proposed = [float(x) * revert_B / float(sum(proposed)) for x in proposed]
+            total = float(sum(proposed))
+            if math.isfinite(revert_B) and revert_B > 0 and total > 0:
+                proposed = [float(x) * revert_B / total for x in proposed]
             proposal = next_plan(current, proposed, self.bounds, step + 1 + self.lag_steps)
             self._errors.ok()
         except Exception as exc:  # noqa: BLE001 - a controller fault must not stop training

@@ -73,16 +73,15 @@ class GoodputController(Controller):
         step = _finite_median([w.step_s for w in state.workers])
         comm = _finite_median([w.allreduce_p50_s for w in state.workers])
         max_c = np.nanmax(compute) if np.isfinite(compute).any() else math.nan
-        if not math.isfinite(comm):
-            comm = max(0.0, step - max_c) if math.isfinite(step) and math.isfinite(max_c) else 0.0
-        exposed = step - max_c if math.isfinite(step) and math.isfinite(max_c) else comm
+        exposed = step - max_c if math.isfinite(step) and math.isfinite(max_c) else math.nan
         # The per-step cost that does not scale with the batch is at least what the slowest rank
         # spends outside compute: Horovod issues several allreduces per step plus its negotiation,
         # so one call's p50 undercounts it (live, link_degrade: 5-14 ms modelled, ~50 ms exposed),
         # which made small global batches look cheap. Pollux fits its sync term to measured
-        # iteration times for the same reason.
-        if math.isfinite(exposed) and exposed > comm:
-            comm = exposed
+        # iteration times for the same reason. Neither measured: no per-step overhead.
+        comm = max([0.0] + [x for x in (comm, exposed) if math.isfinite(x)])
+        if not math.isfinite(exposed):
+            exposed = comm
         overlap = float(np.clip((comm - exposed) / max_c, 0.0, 1.0)) if max_c and math.isfinite(max_c) and max_c > 0 else 0.0
         phi = float(state.glob.noise_scale)
         b_ref = float(self.base_batch * n)
