@@ -27,7 +27,7 @@ class ConfigError(ValueError):
 class DynamixConfig:
     base_batch: int = 32                 # initial per-rank batch size
     controller: str = "static"           # one of CONTROLLERS
-    interval_steps: int = 20             # optimizer steps between decisions
+    interval_steps: int = 10             # optimizer steps between decisions (sweep: docs/bench.md)
     warmup_steps: int = 0                # no decision before this step
     min_batch: int = 1                   # per-rank lower bound
     max_batch: int | tuple[int, ...] = 1024  # per-rank upper bound (one value or one per rank)

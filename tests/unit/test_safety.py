@@ -79,3 +79,19 @@ def test_guard_remembers_the_global_batch_of_its_reference():
     assert not g.observe(80.0, True, global_batch=256)      # the decision that doubled B
     assert g.observe(80.0, False, global_batch=256)
     assert g.baseline_B == 128                               # what the fallback restores
+
+
+def test_guard_does_not_blame_the_controller_for_a_drop_under_the_reference_plan():
+    # live: a PPO run whose plan had not changed for 12 intervals fell back after a two-interval
+    # throughput dip (14% and 13% below the reference); no decision had moved anything
+    g = GoodputGuard(drop=0.1, patience=2)
+    for _ in range(5):
+        assert not g.observe(2250.0, False, slowdown=1.0)
+    assert not g.observe(1926.0, False, slowdown=1.08)
+    assert g.baseline == 1926.0 and g.external == 1 and g.bad == 0
+    assert not g.observe(1954.0, False, slowdown=0.98)   # the previous rule fired here
+    # a plan change followed by a drop is still the controller's, also while the changed plan
+    # stays in force for the next interval
+    assert not g.observe(1950.0, False, slowdown=1.0)
+    assert not g.observe(1700.0, True, slowdown=1.0)
+    assert g.observe(1690.0, False, slowdown=1.0)
