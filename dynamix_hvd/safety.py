@@ -60,7 +60,7 @@ class GoodputGuard:
     still in force (no decision moved anything since the reference was measured) is not the
     controller's doing, whatever its cause (a co-tenant burst, the noise scale growing, a cluster
     event too small for ``slowdown``): its level becomes the new reference and nothing is counted.
-    Live, a 10 s node_slowdown PPO run under a plan unchanged for 12 intervals fell back after a
+    Live, a node_slowdown PPO run under a plan unchanged for 12 intervals fell back after a
     two-interval throughput dip (14% and 13% below the reference, ``cluster_slowdown`` 1.07-1.08)."""
 
     drop: float = 0.10

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,13 @@ def job_env() -> dict[str, str]:
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
     return env
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for children a test interrupts: they take SIGINT as Ctrl-C even when the
+    suite runs as a background job (a shell without job control starts `cmd &` with SIGINT
+    ignored, and Python then keeps ignoring it in its children)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,tcp",

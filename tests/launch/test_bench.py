@@ -15,6 +15,7 @@ import pytest
 
 from dynamix_hvd.emulate import netns
 from dynamix_hvd.emulate.bench import balance_efficiency, format_table
+from conftest import default_sigint
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = """
@@ -42,12 +43,6 @@ latency_ms = 0.2
 ENTRY = {"time_to_target_s": (float, type(None)), "final_accuracy": float, "samples_per_s": float,
          "balance_efficiency": float, "decisions": int}
 
-
-
-def _default_sigint() -> None:
-    """The child takes SIGINT as Ctrl-C even when this test runs as a background job (a shell
-    without job control starts `cmd &` with SIGINT ignored, and Python then keeps ignoring it)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 def _bench(tmp_path: Path, controllers: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     sc = tmp_path / "tiny.toml"
@@ -154,7 +149,7 @@ def test_bench_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals) -
     p = subprocess.Popen([sys.executable, "-m", "dynamix_hvd.cli", "bench", "--scenario", str(sc),
                           "--controllers", "static", "--out", str(tmp_path / "out")],
                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_default_sigint)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=default_sigint)
     mine = f"dmx-{p.pid}-"
     deadline = time.time() + 120
     rank_log = tmp_path / "out" / "static" / "rank0.jsonl"

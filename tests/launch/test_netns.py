@@ -20,6 +20,7 @@ import pytest
 
 from dynamix_hvd.emulate import netns
 from dynamix_hvd.emulate.netns import Cluster, list_namespaces, mpmd_command
+from conftest import default_sigint
 
 OK, WHY = netns.netns_available()
 pytestmark = pytest.mark.skipif(not OK, reason=f"network namespaces not permitted here: {WHY}")
@@ -30,12 +31,6 @@ LISTEN = ("import socket; s = socket.socket(); s.bind(('0.0.0.0', 5588)); s.list
           "c, _ = s.accept(); print(c.recv(16).decode(), flush=True)")
 CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], 5588), timeout=5).sendall(b'hello')"
 
-
-
-def _default_sigint() -> None:
-    """The child takes SIGINT as Ctrl-C even when this test runs as a background job (a shell
-    without job control starts `cmd &` with SIGINT ignored, and Python then keeps ignoring it)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 def _exists(names: list[str]) -> list[str]:
     have = set(list_namespaces())
@@ -86,7 +81,7 @@ def test_cleanup_after_failure_kills_processes() -> None:
 def test_nothing_left_after_interrupt_or_kill(sig: signal.Signals) -> None:
     p = subprocess.Popen([sys.executable, "-m", "dynamix_hvd.emulate.netns", "2", "--with-process"],
                          stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": REPO},
-                         start_new_session=True, preexec_fn=_default_sigint)
+                         start_new_session=True, preexec_fn=default_sigint)
     names = p.stdout.readline().split()   # type: ignore[union-attr]
     assert len(names) == 3 and _exists(names) == names
     time.sleep(0.3)
