@@ -44,10 +44,11 @@ class Comm:
     def bcast_object(self, obj: Any) -> Any:
         return self.comm.bcast(obj, root=0)
 
-    def allgather_float(self, value: float) -> np.ndarray:
-        """Every rank's ``value``, on every rank (one float each)."""
-        out = np.empty(self.size, dtype=np.float64)
-        self.comm.Allgather(np.array([value], dtype=np.float64), out)
+    def allgather_floats(self, values: list[float]) -> np.ndarray:
+        """Every rank's ``values`` (same length on all ranks), on every rank: (size, len)."""
+        row = np.asarray(values, dtype=np.float64)
+        out = np.empty((self.size, row.size), dtype=np.float64)
+        self.comm.Allgather(row, out)
         return out
 
     def allreduce_max(self, value: float) -> float:
@@ -105,10 +106,11 @@ class HorovodComm:
     def bcast_object(self, obj: Any) -> Any:
         return self.hvd.broadcast_object(obj, root_rank=0, name="dynamix.object")
 
-    def allgather_float(self, value: float) -> np.ndarray:
+    def allgather_floats(self, values: list[float]) -> np.ndarray:
         import torch
 
-        return self.hvd.allgather(torch.tensor([float(value)], dtype=torch.float64), name="dynamix.allgather").numpy()
+        t = torch.tensor([list(map(float, values))], dtype=torch.float64)
+        return self.hvd.allgather(t, name="dynamix.allgather_floats").numpy()
 
     def allreduce_max(self, value: float) -> float:
         import torch

@@ -51,6 +51,8 @@ class DynamixConfig:
     guard_patience: int = 2              # bad intervals in a row before falling back
     tensorboard: bool = True             # TensorBoard scalars in run_dir/tb (rank 0)
     oom_redo: bool = True                # on out-of-memory: lower that rank's cap, redo the step
+    react: bool = True                   # decide early when a rank's step or compute time jumps (react.py)
+    react_tol: float = 0.5               # relative change of 3 steps in a row that counts as a jump
     progress: bool = False               # tqdm bar on rank 0: epoch samples, ETA, plan, throughput
     controller_kwargs: Mapping[str, Any] = field(default_factory=dict)
     finetune: bool = False               # PPO only: fine-tune the policy online on rank 0 (background updates)
@@ -106,6 +108,9 @@ class DynamixConfig:
         need(isinstance(self.tensorboard, bool), "tensorboard", "true or false")
         need(isinstance(self.progress, bool), "progress", "true or false")
         need(isinstance(self.oom_redo, bool), "oom_redo", "true or false")
+        need(isinstance(self.react, bool), "react", "true or false")
+        need(isinstance(self.react_tol, (int, float)) and not isinstance(self.react_tol, bool)
+             and 0 < self.react_tol <= 10, "react_tol", "a number in (0, 10]")
         need(isinstance(self.controller_kwargs, Mapping), "controller_kwargs", "a table / dict")
         need(isinstance(self.finetune, bool), "finetune", "true or false")
         need(not self.finetune or self.controller == "ppo", "finetune",

@@ -39,6 +39,7 @@ from dynamix_hvd.data import ExactOnceSampler, PlanLog, StepSlice
 from dynamix_hvd.errors import DynamixError, OutOfMemoryError
 from dynamix_hvd.lr import LRScaler, lr_factor
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan, split_global
+from dynamix_hvd.react import ChangeDetector
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.observe import EpochProgress, RunLogger
 from dynamix_hvd.safety import ControllerErrors, GoodputGuard, unexplained_slowdown
@@ -69,6 +70,10 @@ class _Interval:
     gns_steps: int = 0
     samples: int = 0
     t0: float = dataclasses.field(default_factory=time.perf_counter)
+    # per full step (compute, comm, step) seconds, and where this rank's detector placed a change
+    per_step: list[tuple[float, float, float]] = dataclasses.field(default_factory=list)
+    since: int | None = None     # index into per_step of the first step after a detected change
+    changed: int = 0             # 1 if that change was in this rank's own compute time
 
 
 class Dynamix:
@@ -129,6 +134,10 @@ class Dynamix:
         self.hvd_optimizer = self.optimizer
         self.optimizer = GuardedOptimizer(self.hvd_optimizer, self)
         self._oom_batch = 0          # this rank's batch size that ran out of memory in this step
+        self._detector = ChangeDetector(tol=cfg.react_tol) if cfg.react else None
+        self._react_flag = 0         # this rank's detector fired; sent with the next per-step collective
+        self._react_ranks: list[int] | None = None   # ranks that flagged, known to all: decide early
+        self._early_step = -(10 ** 9)                # step of the last early decision
         self._redo = False
 
         # -- plan, sampler, controller ---------------------------------------------------
@@ -338,12 +347,16 @@ class Dynamix:
         (sum(p.sum() for p in params) * 0.0).backward()
 
     def _before_optimizer_step(self) -> bool:
-        """Collective, once per step (when oom_redo is on): True if any rank ran out of memory,
-        in which case the update is skipped, caps are lowered and the step is replanned."""
-        if not self.config.oom_redo:
+        """Collective, once per step (when oom_redo or react is on): every rank's out-of-memory
+        batch and early-decision flag in one allgather. True if any rank ran out of memory, in
+        which case the update is skipped, caps are lowered and the step is replanned."""
+        if not (self.config.oom_redo or self.config.react):
             return False
-        oom = self.comm.allgather_float(float(self._oom_batch))
-        self._oom_batch = 0
+        flags = self.comm.allgather_floats([float(self._oom_batch), float(self._react_flag)])
+        self._oom_batch = self._react_flag = 0
+        if np.any(flags[:, 1] > 0):
+            self._react_ranks = np.flatnonzero(flags[:, 1] > 0).tolist()
+        oom = flags[:, 0]
         if not np.any(oom > 0):
             return False
         if self._current is None:
@@ -406,10 +419,18 @@ class Dynamix:
         iv = self._interval
         full = self._is_full(sl)
         if full:
+            c, m, st = self._t_backward_end - self._t_batch, now - self._t_backward_end, now - self._t_batch
             iv.steps += 1
-            iv.compute_s += self._t_backward_end - self._t_batch
-            iv.comm_s += now - self._t_backward_end
-            iv.step_s += now - self._t_batch   # from taking the batch: user pauses (eval) between steps excluded
+            iv.compute_s += c
+            iv.comm_s += m
+            iv.step_s += st   # from taking the batch: user pauses (eval) between steps excluded
+            iv.per_step.append((c, m, st))
+            if self._detector is not None:
+                change = self._detector.add(self.sampler.plans.at(sl.step).version, c, st)
+                if change is not None:
+                    self._react_flag = 1
+                    iv.since = max(len(iv.per_step) - change.steps_since, 0)
+                    iv.changed = int(change.compute)
         iv.samples += sl.total
         if loss is not None:
             iv.loss += float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
@@ -427,7 +448,7 @@ class Dynamix:
                           "step": sl.step + 1}
         self._current = None
         before = self.sampler.plans.at(sl.step)
-        if (sl.step + 1) % self.config.interval_steps == 0 and sl.step + 1 >= self.config.warmup_steps:
+        if self._due(sl.step):
             self._decide(sl.step)
         after = self.sampler.plans.at(sl.step + 1)
         if after is not before or self.config.lr_rule == "adascale":
@@ -435,6 +456,18 @@ class Dynamix:
         if self.config.checkpoint_every and (sl.step + 1) % self.config.checkpoint_every == 0 and self.config.run_dir:
             self.save(Path(self.config.run_dir) / "checkpoint.pt")
         return after
+
+    def _due(self, step: int) -> bool:
+        """Decide after this step? Every ``interval_steps``, and at once when a rank flagged a
+        change (``react``); a regular decision less than half an interval after an early one is
+        skipped. Every rank computes the same answer (the flags came from one allgather)."""
+        k, warm = self.config.interval_steps, self.config.warmup_steps
+        if step + 1 < warm:
+            return False
+        if self._react_ranks is not None:
+            self._early_step = step
+            return True
+        return (step + 1) % k == 0 and step - self._early_step >= k // 2
 
     def _accumulate_gns(self, sl: StepSlice) -> None:
         n_ranks = sum(1 for s in sl.sizes if s > 0)
@@ -463,15 +496,16 @@ class Dynamix:
     # decision
     def _worker_row(self, step: int) -> np.ndarray:
         iv = self._interval
-        steps = max(iv.steps, 1)
         plan = self.sampler.plans.at(step)
+        # timings: means per step over the interval, or over the steps since this rank's detector
+        # saw a change in it (the mixed mean would describe neither the old nor the new speed)
+        recent = iv.per_step[iv.since:] if iv.since is not None else iv.per_step
+        c, m, st = (float(np.mean(x)) for x in zip(*recent)) if recent else (math.nan,) * 3
         ws = WorkerStats(
             rank=self.rank, batch_size=plan.batch_sizes[self.rank], max_batch=self.bounds.max_batch[self.rank],
-            steps=iv.steps,
-            compute_s=iv.compute_s / steps / self.config.accumulation if iv.steps else float("nan"),
-            step_s=iv.step_s / steps if iv.steps else float("nan"),
-            comm_s=iv.comm_s / steps if iv.steps else float("nan"),
+            steps=iv.steps, compute_s=c / self.config.accumulation, step_s=st, comm_s=m,
             loss=iv.loss / iv.loss_n if iv.loss_n else float("nan"),
+            changed=iv.changed if recent else 0,
         )
         if self.collector is not None:
             for key, value in self.collector.window().worker_stats_fields(iv.steps or None).items():
@@ -490,6 +524,8 @@ class Dynamix:
             glob = self._global_stats(step, rows[:, -N_EXTRA:])
             state = ClusterState(plan=self.sampler.plans.latest, workers=workers, glob=glob, last_action=self._last_action)
             record = {"t": time.perf_counter() - self._t_start, "step": step + 1}
+            if self._react_ranks is not None:
+                record["early"] = {"ranks": self._react_ranks}
             t0 = time.perf_counter()
             proposal, proposed = self._propose(state, step, record)
             finetune = getattr(self.controller, "finetune_info", lambda: None)()
@@ -509,6 +545,7 @@ class Dynamix:
         if self.rank == 0:
             self.log.decision(record, lr=float(self.optimizer.param_groups[0]["lr"]))
         self._interval = _Interval()
+        self._react_ranks = None
 
     def _propose(self, state: ClusterState, step: int, record: dict[str, Any]) -> tuple[Plan, Any]:
         """Rank 0: the controller's proposal through the guards and next_plan. Never raises

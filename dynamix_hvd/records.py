@@ -35,6 +35,8 @@ class WorkerStats:
     mem_headroom: float = NAN     # 0..1, free fraction of device / host memory
     grad_sqnorm: float = NAN      # |g_i|^2 of this rank's local mean gradient
     loss: float = NAN
+    changed: int = 0              # 1: this rank's compute time changed during the interval (its
+                                  # early-decision detector fired); compute_s covers the steps since
 
     @property
     def time_per_sample_s(self) -> float:
@@ -51,7 +53,7 @@ class WorkerStats:
     def from_array(a: np.ndarray) -> "WorkerStats":
         names = WorkerStats.field_names()
         vals: dict[str, Any] = dict(zip(names, (float(x) for x in a)))
-        for k in ("rank", "batch_size", "max_batch", "steps"):
+        for k in ("rank", "batch_size", "max_batch", "steps", "changed"):
             vals[k] = int(vals[k])
         return WorkerStats(**vals)
 

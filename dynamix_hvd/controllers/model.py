@@ -140,8 +140,12 @@ class ComputeModel:
         self.resets = 0
         self._fit: tuple[np.ndarray, np.ndarray] | None = None   # fit() of the current history
 
-    def add(self, sizes: Sequence[float], times: Sequence[float]) -> None:
-        """Record one interval's per-rank batch sizes and compute times (NaN times are skipped)."""
+    def add(self, sizes: Sequence[float], times: Sequence[float], changed: Sequence[int] | None = None) -> None:
+        """Record one interval's per-rank batch sizes and compute times (NaN times are skipped).
+
+        ``changed[i]`` true: rank i's own step-by-step detector saw its compute time change
+        within the interval and ``times[i]`` covers only the steps since (see ``react``), so
+        the history restarts from this observation without waiting for a second one."""
         self._fit = None
         if len(self.obs) != len(sizes):
             self.obs = [deque(maxlen=self.history) for _ in sizes]
@@ -152,25 +156,31 @@ class ComputeModel:
             if not (math.isfinite(t) and t > 0 and b > 0):
                 continue
             d = self.obs[i]
+            if changed is not None and changed[i] and d:
+                self._restart(i, [(b, t)])
+                continue
             dev = self._deviation(d, b, t) if d else 0
             held = self.pending[i]
             if dev != 0 and held is not None and dev == held[0]:
                 # two deviations in a row in the same direction: the rank changed; the history
-                # restarts from the observations made since the change; the fit before it is the
-                # prior until the new history identifies a fixed cost
-                alpha, beta = self._fit_rank(i)
-                self.prior[i] = (alpha, beta) if math.isfinite(alpha) and alpha > 0 and beta > 0 else None
-                d.clear()
-                d.append(held[1])
-                d.append((b, t))
-                self.resets += 1
-                self.pending[i] = None
+                # restarts from the observations made since the change
+                self._restart(i, [held[1], (b, t)])
             elif dev != 0:
                 # a suspect observation is held back (not fitted) until the next one confirms it
                 self.pending[i] = (dev, (b, t))
             else:
                 self.pending[i] = None
                 d.append((b, t))
+
+    def _restart(self, i: int, points: list[tuple[float, float]]) -> None:
+        """Rank i changed: its history restarts from ``points``; the fit before the change is
+        the prior until the new history identifies a fixed cost."""
+        alpha, beta = self._fit_rank(i)
+        self.prior[i] = (alpha, beta) if math.isfinite(alpha) and alpha > 0 and beta > 0 else None
+        self.obs[i].clear()
+        self.obs[i].extend(points)
+        self.resets += 1
+        self.pending[i] = None
 
     def _deviation(self, d: deque, b: float, t: float) -> int:
         """+1/-1 when t is further from the history's prediction than the tolerance, else 0.

@@ -41,7 +41,8 @@ STARTUP_GRACE_S = 150.0   # mpirun + imports + data on a loaded 2-core host
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", required=True, help="scenario TOML file or the name of a shipped one")
-    p.add_argument("--controllers", default=DEFAULT_CONTROLLERS, help="comma-separated controller names")
+    p.add_argument("--controllers", default=DEFAULT_CONTROLLERS, help="comma-separated controller specs: NAME, oracle@B (fixed global batch B), "
+                   "NAME:fixed (no early decisions, for A/B runs)")
     p.add_argument("--out", required=True, help="output directory (results.json, report.png, one dir per run)")
     p.add_argument("--no-netns", action="store_true", help="network-free variant: all ranks on loopback")
     p.add_argument("--max-time-s", type=float, default=None, help="override the scenario's training budget")
@@ -284,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     unknown = []
     for n in names:
         try:
-            if parse_controller(n)[0] not in REGISTRY:
+            if parse_controller(n).name not in REGISTRY:
                 unknown.append(n)
         except ValueError as exc:
             print(f"dynamix bench: {exc}", file=sys.stderr)

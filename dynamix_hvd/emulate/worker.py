@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -47,12 +48,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def parse_controller(spec: str) -> tuple[str, int | None]:
-    """``NAME`` or ``oracle@B`` (the oracle at a fixed global batch B, for headroom sweeps)
-    -> (name, global batch or None). Raises ValueError naming a bad spec."""
-    name, sep, arg = spec.partition("@")
+@dataclass(frozen=True)
+class ControllerSpec:
+    """A bench controller spec: ``NAME``, ``oracle@B`` (the oracle at a fixed global batch B, for
+    headroom sweeps), either with ``:fixed`` appended (decisions only every interval_steps: the
+    early-decision detector off, for A/B runs)."""
+
+    name: str
+    global_batch: int | None = None
+    react: bool = True
+
+
+def parse_controller(spec: str) -> ControllerSpec:
+    """Parse a controller spec (see ``ControllerSpec``). Raises ValueError naming a bad spec."""
+    base, colon, opt = spec.partition(":")
+    if colon and opt != "fixed":
+        raise ValueError(f"controller {spec!r}: the only option after ':' is 'fixed' (no early decisions)")
+    name, sep, arg = base.partition("@")
     if not sep:
-        return name, None
+        return ControllerSpec(name, None, not colon)
     if name != "oracle":
         raise ValueError(f"controller {spec!r}: only the oracle takes a global batch (oracle@B)")
     try:
@@ -61,12 +75,13 @@ def parse_controller(spec: str) -> tuple[str, int | None]:
         b = 0
     if b < 1:
         raise ValueError(f"controller {spec!r}: the global batch after '@' must be an integer >= 1")
-    return name, b
+    return ControllerSpec(name, b, not colon)
 
 
 def _make_controller(spec: str, cfg: object, world: int, device: EmulatedDevice) -> object | None:
     """The oracle needs the scenario's true speeds; every other controller is built by the hook."""
-    name, global_batch = parse_controller(spec)
+    parsed = parse_controller(spec)
+    name, global_batch = parsed.name, parsed.global_batch
     if name != "oracle":
         return None
     from dynamix_hvd.controllers import make_controller
@@ -108,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         from dynamix_hvd.horovod import Dynamix
 
         # TensorBoard scalars are written by rank 0 once per decision (not per step): cheap
-        cfg = DynamixConfig(base_batch=sc.base_batch, controller=parse_controller(args.controller)[0],
+        spec = parse_controller(args.controller)
+        cfg = DynamixConfig(base_batch=sc.base_batch, controller=spec.name, react=spec.react,
                             interval_steps=sc.interval_steps, max_batch=tuple(device.max_batches()),
                             run_dir=str(run_dir), seed=sc.seed, tensorboard=True)
         ctl = _make_controller(args.controller, cfg, world, device) if rank == 0 else None

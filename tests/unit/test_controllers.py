@@ -302,3 +302,21 @@ def test_controllers_run_on_simulator_records(name):
         assert all(1 <= b <= m for b, m in zip(plan.batch_sizes, sim.bounds().max_batch))
         out = sim.step(plan.batch_sizes)
         assert math.isfinite(out["goodput"])
+
+
+def test_compute_model_restarts_at_once_on_a_rank_flagged_changed():
+    # the rank's own detector saw the change (WorkerStats.changed): no second interval needed
+    from dynamix_hvd.controllers.model import ComputeModel
+    m = ComputeModel(history=16)
+    for b in (32, 40, 24, 32, 40, 24):
+        m.add([b, b], [0.005 + 1e-3 * b] * 2)
+    slow = 0.005 + 4e-3 * 32
+    m.add([32, 32], [0.005 + 1e-3 * 32, slow], changed=[0, 1])
+    assert m.resets == 1
+    alpha, beta = m.fit()
+    assert (alpha[1] + beta[1] * 32) == pytest.approx(slow, rel=1e-6)
+    assert beta[0] == pytest.approx(1e-3, rel=1e-6)
+    # the flag on a rank whose time did not move restarts it too, from the same fit (harmless)
+    m.add([32, 32], [0.005 + 1e-3 * 32, slow], changed=[1, 0])
+    alpha, beta = m.fit()
+    assert (alpha[0] + beta[0] * 32) == pytest.approx(0.005 + 1e-3 * 32, rel=1e-6)

@@ -1,0 +1,91 @@
+"""Early decisions: when the last rank's compute time jumps mid-interval, every rank takes a
+decision together a few steps later (the flag rides on the per-step allgather), the decision
+record names the flagging ranks, and no sample is skipped or seen twice."""
+from __future__ import annotations
+
+import json
+import time
+
+import horovod.torch as hvd
+import pytest
+import torch
+import torch.nn.functional as F
+
+from _models import make_data, make_model
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.horovod import Dynamix
+
+hvd.init()
+
+SLOW_FROM = 25     # the step at which the last rank slows down
+K = 40             # regular decisions at steps 40, 80, ...; the runs stop after step K + 2
+
+
+class SlowsDown:
+    """Emulated device: compute padded to 20 ms per step (far above the scheduling noise of 4 ranks
+    on 2 cores); the last rank's to 100 ms from SLOW_FROM."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world, self.steps = rank, world, 0
+
+    def before_backward(self, batch_size: int, elapsed_s: float) -> None:
+        slow = self.rank == self.world - 1 and self.steps >= SLOW_FROM
+        self.steps += 1
+        time.sleep(max((0.100 if slow else 0.020) - elapsed_s, 0.0))
+
+
+def _run(comm, tmp_path_factory, react: bool):
+    rank, world = comm.Get_rank(), comm.Get_size()
+    run_dir = comm.bcast(str(tmp_path_factory.mktemp("react")) if rank == 0 else None, root=0)
+    x, y = make_data(n=16 * world * 100)
+    model = make_model()
+    cfg = DynamixConfig(base_batch=16, interval_steps=K, max_batch=64, controller="proportional", collector=False,
+                        run_dir=run_dir, tensorboard=False, react=react)
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg,
+                  emulator=SlowsDown(rank, world))
+    seen: list[int] = []
+    for idx in dyn.batches(0):
+        dyn.optimizer.zero_grad()
+        dyn.backward(F.cross_entropy(model(x[idx]), y[idx]))
+        dyn.optimizer.step()
+        seen.extend(idx.tolist())
+        dyn.step(0.0)
+        if dyn.step_count >= K + 2:
+            break
+    plan = dyn.plan
+    dyn.close()
+    everything = comm.gather(seen, root=0)
+    records = []
+    if rank == 0:
+        flat = [i for r in everything for i in r]
+        assert len(flat) == len(set(flat)), "a sample was seen twice"
+        records = [json.loads(line) for line in open(f"{run_dir}/events.jsonl") if '"workers"' in line]
+    return comm.bcast(records, root=0), plan
+
+
+def test_a_slowdown_brings_the_decision_forward(comm, tmp_path_factory):
+    world = comm.Get_size()
+    records, plan = _run(comm, tmp_path_factory, react=True)
+    early = [r for r in records if "early" in r]
+    assert early, [r["step"] for r in records]
+    first = early[0]
+    # flagged within a few steps of the change (3 to confirm, 1 to tell everyone), long before step K
+    assert SLOW_FROM < first["step"] <= SLOW_FROM + 6, first["step"]
+    assert world - 1 in first["early"]["ranks"]
+    slow = first["workers"][world - 1]
+    assert slow["changed"] == 1
+    # the reported compute time is the new speed's, not a mix with the steps before the change
+    assert slow["compute_s"] > 0.090, slow["compute_s"]
+    if world > 1:
+        # proportional re-splits at the early decision: the slow rank gets the smallest batch
+        assert first["next_plan"]["batch_sizes"][world - 1] == min(first["next_plan"]["batch_sizes"])
+        assert plan.batch_sizes[world - 1] < 16
+    # the regular decision at step K, less than half an interval after the early one, was skipped
+    assert K - first["step"] < K // 2
+    assert not [r for r in records if "early" not in r], [r["step"] for r in records]
+
+
+def test_without_react_decisions_keep_the_interval(comm, tmp_path_factory):
+    records, _ = _run(comm, tmp_path_factory, react=False)
+    assert [r["step"] for r in records] == [K]
+    assert not any("early" in r for r in records)
