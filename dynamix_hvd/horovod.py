@@ -457,6 +457,14 @@ class Dynamix:
             self.save(Path(self.config.run_dir) / "checkpoint.pt")
         return after
 
+    def _reset_react(self) -> None:
+        """Forget the early-decision state (after a restore or a world-size change; the plan in
+        force changed under it, and every rank must agree that no early decision is pending)."""
+        if self._detector is not None:
+            self._detector.reset()
+        self._react_flag = 0
+        self._react_ranks = None
+
     def _due(self, step: int) -> bool:
         """Decide after this step? Every ``interval_steps``, and at once when a rank flagged a
         change (``react``); a regular decision less than half an interval after an early one is
@@ -635,6 +643,7 @@ class Dynamix:
         self._pending.clear()
         self._current = None
         self._interval = _Interval()
+        self._reset_react()
         if resized:
             self.adapt_to_world()
             return
@@ -680,6 +689,7 @@ class Dynamix:
         self._pending.clear()
         self._current = None
         self._interval = _Interval()
+        self._reset_react()
         self._last_action = None
         if self.rank == 0:
             self.log.event({"step": self._consumed["step"], "world_change": {"world_size": self.world,

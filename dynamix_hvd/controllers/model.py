@@ -13,7 +13,9 @@ further from the prediction than the tolerance (``change_tol``, or three times t
 own scatter if larger) is held back, not fitted; a second one in a row in the same direction
 restarts that rank's history from those two observations (one jump to the new split, measured
 in the bench: 2 intervals instead of a 12 s staircase), while a lone outlier is dropped, so
-measurement noise alone does not reset or skew the fit.
+measurement noise alone does not reset or skew the fit. A rank whose own step-by-step detector
+saw the change (``WorkerStats.changed``, the early decisions of ``react``) restarts at once, from
+its mean since the change.
 
 After a restart the history holds one batch size, so the fixed cost is not identifiable again
 until a second size is seen. Counting it as zero meanwhile (time proportional to the batch)
