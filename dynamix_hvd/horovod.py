@@ -426,7 +426,8 @@ class Dynamix:
             iv.step_s += st   # from taking the batch: user pauses (eval) between steps excluded
             iv.per_step.append((c, m, st))
             if self._detector is not None:
-                change = self._detector.add(self.sampler.plans.at(sl.step).version, c, st)
+                plan = self.sampler.plans.at(sl.step)
+                change = self._detector.add(plan.batch_sizes[self.rank], plan.global_batch, c, st)
                 if change is not None:
                     self._react_flag = 1
                     iv.since = max(len(iv.per_step) - change.steps_since, 0)
@@ -553,6 +554,8 @@ class Dynamix:
         if self.rank == 0:
             self.log.decision(record, lr=float(self.optimizer.param_groups[0]["lr"]))
         self._interval = _Interval()
+        if self._react_ranks is not None and self._detector is not None:
+            self._detector.rebase()
         self._react_ranks = None
 
     def _propose(self, state: ClusterState, step: int, record: dict[str, Any]) -> tuple[Plan, Any]:

@@ -14,7 +14,14 @@ the change (``Dynamix._worker_row``), and a rank whose *compute* time changed sa
 (``WorkerStats.changed``), so the compute model restarts that rank's history at once instead of
 waiting for a second interval.
 
-Any plan change resets the detector: a new plan changes every rank's step time on purpose."""
+A plan change that moves this rank's batch or the global batch by more than ``plan_tol`` (10%)
+resets the detector: a new plan changes the step times on purpose. Smaller moves do not: the
+controllers move a rank by a sample or two now and then, and resetting on each of those left the
+detector blind for the 8 steps it needs after every plan change (live, link_degrade: a PPO plan
+change one step before the link slowed, and no early decision).
+
+After an early decision every rank rebases (``rebase``), so the ranks that would have confirmed
+the same change a step later do not ask for a second decision."""
 from __future__ import annotations
 
 import math
@@ -34,29 +41,40 @@ class Change:
 class ChangeDetector:
     """Flags a sustained change of this rank's per-step compute or step time under one plan."""
 
-    def __init__(self, tol: float = 0.5, confirm: int = 3, reference: int = 5, window: int = 32) -> None:
+    def __init__(self, tol: float = 0.5, confirm: int = 3, reference: int = 5, window: int = 32,
+                 plan_tol: float = 0.1) -> None:
         if not tol > 0:
             raise ValueError(f"tol={tol}: must be > 0")
+        if not plan_tol >= 0:
+            raise ValueError(f"plan_tol={plan_tol}: must be >= 0")
         if confirm < 1 or reference < 1:
             raise ValueError(f"confirm={confirm}, reference={reference}: must be >= 1")
         if window < confirm + reference:
             raise ValueError(f"window={window}: must be >= confirm + reference = {confirm + reference}")
         self.tol, self.confirm, self.reference, self.window = float(tol), int(confirm), int(reference), int(window)
-        self._key: object = None
+        self.plan_tol = float(plan_tol)
+        self._sizes: tuple[float, float] | None = None   # (own batch, global batch) the history is under
         self._compute: list[float] = []
         self._step: list[float] = []
 
     def reset(self) -> None:
-        self._key = None
+        self._sizes = None
         self._compute.clear()
         self._step.clear()
 
-    def add(self, key: object, compute_s: float, step_s: float) -> Change | None:
-        """One full step's timings under the plan identified by ``key``; a ``Change`` when this
-        step confirms one (then the history restarts from the confirming steps), else None."""
-        if key != self._key:
+    def rebase(self) -> None:
+        """A decision has just taken account of the latest steps: keep only the last ``confirm``
+        of them, so a change they show is not confirmed again."""
+        del self._compute[:-self.confirm], self._step[:-self.confirm]
+
+    def add(self, batch: float, global_batch: float, compute_s: float, step_s: float) -> Change | None:
+        """One full step's timings, with this rank's and the global batch size of the plan in
+        force; a ``Change`` when this step confirms one (then the history restarts from the
+        confirming steps), else None."""
+        if self._sizes is None or any(abs(new - old) > self.plan_tol * old
+                                      for new, old in zip((batch, global_batch), self._sizes)):
             self.reset()
-            self._key = key
+            self._sizes = (float(batch), float(global_batch))
         if not (math.isfinite(compute_s) and math.isfinite(step_s) and compute_s > 0 and step_s > 0):
             return None
         self._compute.append(float(compute_s))

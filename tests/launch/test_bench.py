@@ -112,7 +112,8 @@ def test_bench_network_free(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("spec,words", [("static,bogus", ["bogus"]), ("oracle@x", ["oracle@x", "integer"]),
-                                        ("oracle@0", ["oracle@0", ">= 1"]), ("goodput@64", ["only the oracle"])])
+                                        ("oracle@0", ["oracle@0", ">= 1"]), ("goodput@64", ["only the oracle"]),
+                                        ("goodput:slow", ["goodput:slow", "'fixed'"])])
 def test_bench_rejects_unknown_controller(tmp_path: Path, spec: str, words: list[str]) -> None:
     p, _ = _bench(tmp_path, spec)
     assert p.returncode == 2 and all(w in p.stderr for w in words), p.stderr

@@ -8,13 +8,14 @@ from dynamix_hvd.react import ChangeDetector
 
 
 def _feed(det, key, compute, step):
-    return [det.add(key, c, s) for c, s in zip(compute, step)]
+    b, B = (key, 4 * key) if not isinstance(key, tuple) else key
+    return [det.add(b, B, c, s) for c, s in zip(compute, step)]
 
 
 def test_a_sustained_slowdown_fires_once_after_three_steps():
     rng = np.random.default_rng(0)
     c = list(0.035 * (1 + 0.05 * rng.random(12))) + [0.131] * 10
-    out = _feed(ChangeDetector(), 1, c, [x + 0.01 for x in c])
+    out = _feed(ChangeDetector(), 16, c, [x + 0.01 for x in c])
     fired = [i for i, ch in enumerate(out) if ch is not None]
     assert fired == [14]                      # the third slow step, and only once
     ch = out[14]
@@ -23,34 +24,54 @@ def test_a_sustained_slowdown_fires_once_after_three_steps():
 
 def test_a_step_time_change_alone_is_not_a_compute_change():
     # another rank slowed down: this rank waits longer at the allreduce, its compute is the same
-    out = _feed(ChangeDetector(), 1, [0.03] * 20, [0.04] * 10 + [0.09] * 10)
+    out = _feed(ChangeDetector(), 16, [0.03] * 20, [0.04] * 10 + [0.09] * 10)
     ch = [x for x in out if x is not None]
     assert len(ch) == 1 and ch[0].step and not ch[0].compute
 
 
 def test_a_speedup_fires_with_the_mirrored_threshold():
     # 1/(1 + tol): with tol = 0.5 a 1.6x speed-up (t x 0.625) counts, a 1.4x one (t x 0.71) does not
-    assert any(_feed(ChangeDetector(), 1, [0.1] * 8 + [0.0625] * 3, [0.2] * 11))
-    assert not any(_feed(ChangeDetector(), 1, [0.1] * 8 + [0.071] * 5, [0.2] * 13))
+    assert any(_feed(ChangeDetector(), 16, [0.1] * 8 + [0.0625] * 3, [0.2] * 11))
+    assert not any(_feed(ChangeDetector(), 16, [0.1] * 8 + [0.071] * 5, [0.2] * 13))
 
 
 @pytest.mark.parametrize("tail", [[0.2, 0.03, 0.2, 0.2], [0.2, 0.2, 0.03, 0.2, 0.2], [0.2, 0.2]])
 def test_spikes_and_short_bursts_do_not_fire(tail):
-    assert not any(_feed(ChangeDetector(), 1, [0.03] * 10 + tail, [0.05] * (10 + len(tail))))
+    assert not any(_feed(ChangeDetector(), 16, [0.03] * 10 + tail, [0.05] * (10 + len(tail))))
 
 
 def test_a_new_plan_resets_the_reference():
     det = ChangeDetector()
-    _feed(det, 1, [0.03] * 10, [0.05] * 10)
-    # the plan changed (key 2): times move on purpose; too few steps under it to judge anything
-    assert not any(_feed(det, 2, [0.09] * 7, [0.15] * 7))
-    assert det.add(2, 0.3, 0.4) is None       # 8th step under plan 2: the reference is 0.09, one step
-    assert not any(_feed(det, 2, [0.09] * 3, [0.15] * 3))
+    _feed(det, (16, 64), [0.03] * 10, [0.05] * 10)
+    # this rank's batch tripled: times move on purpose; too few steps under it to judge anything
+    assert not any(_feed(det, (48, 96), [0.09] * 7, [0.15] * 7))
+    assert det.add(48, 96, 0.3, 0.4) is None   # 8th step under the new plan: one step over the reference
+    assert not any(_feed(det, (48, 96), [0.09] * 3, [0.15] * 3))
+    # so does a global batch 20% larger with this rank's unchanged (the others' shares grew)
+    assert not any(_feed(det, (48, 116), [0.09] * 7, [0.3] * 7))
+
+
+def test_a_small_plan_change_keeps_the_reference():
+    # a controller moved this rank from 22 to 21 samples and B from 64 to 65 one step before the
+    # link slowed down (live, link_degrade): the slowdown must still be seen
+    det = ChangeDetector()
+    _feed(det, (22, 64), [0.028] * 12, [0.039] * 12)
+    out = _feed(det, (21, 65), [0.028] * 3, [0.085] * 3)
+    assert out[-1] is not None and out[-1].step and not out[-1].compute
+
+
+def test_rebase_consumes_a_change_another_rank_confirmed():
+    det = ChangeDetector()
+    _feed(det, 16, [0.03] * 10, [0.04] * 10)
+    assert not any(_feed(det, 16, [0.03] * 2, [0.1] * 2))   # two slow steps: not yet confirmed here
+    det.rebase()                                           # another rank's flag: a decision happened
+    assert not any(_feed(det, 16, [0.03] * 20, [0.1] * 20))
 
 
 def test_bad_timings_are_skipped_and_bad_settings_named():
     det = ChangeDetector()
-    assert det.add(1, float("nan"), 0.1) is None and det.add(1, 0.0, 0.1) is None
-    for kw, word in [({"tol": 0}, "tol"), ({"confirm": 0}, "confirm"), ({"window": 4}, "window")]:
+    assert det.add(16, 64, float("nan"), 0.1) is None and det.add(16, 64, 0.0, 0.1) is None
+    for kw, word in [({"tol": 0}, "tol"), ({"confirm": 0}, "confirm"), ({"window": 4}, "window"),
+                     ({"plan_tol": -1}, "plan_tol")]:
         with pytest.raises(ValueError, match=word):
             ChangeDetector(**kw)

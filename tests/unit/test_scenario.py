@@ -118,3 +118,13 @@ def test_shipped_set() -> None:
 def test_load_unknown_name() -> None:
     with pytest.raises(ScenarioError, match="no scenario"):
         load_scenario("does-not-exist")
+
+
+def test_controller_specs_parse_the_fixed_interval_option():
+    from dynamix_hvd.emulate.worker import ControllerSpec, parse_controller
+    assert parse_controller("goodput") == ControllerSpec("goodput", None, True)
+    assert parse_controller("ppo:fixed") == ControllerSpec("ppo", None, False)
+    assert parse_controller("oracle@64:fixed") == ControllerSpec("oracle", 64, False)
+    for bad, word in [("ppo:often", "'fixed'"), ("goodput@64", "only the oracle"), ("oracle@0", ">= 1")]:
+        with pytest.raises(ValueError, match=word):
+            parse_controller(bad)
