@@ -70,8 +70,9 @@ class _Interval:
     gns_steps: int = 0
     samples: int = 0
     t0: float = dataclasses.field(default_factory=time.perf_counter)
-    # per full step (compute, comm, step) seconds, and where this rank's detector placed a change
-    per_step: list[tuple[float, float, float]] = dataclasses.field(default_factory=list)
+    # per full step (compute, comm, step) seconds and samples (all ranks), and where this rank's
+    # detector placed a change
+    per_step: list[tuple[float, float, float, int]] = dataclasses.field(default_factory=list)
     since: int | None = None     # index into per_step of the first step after a detected change
     changed: int = 0             # 1 if that change was in this rank's own compute time
 
@@ -424,7 +425,7 @@ class Dynamix:
             iv.compute_s += c
             iv.comm_s += m
             iv.step_s += st   # from taking the batch: user pauses (eval) between steps excluded
-            iv.per_step.append((c, m, st))
+            iv.per_step.append((c, m, st, sl.total))
             if self._detector is not None:
                 plan = self.sampler.plans.at(sl.step)
                 change = self._detector.add(plan.batch_sizes[self.rank], plan.global_batch, c, st)
@@ -509,7 +510,7 @@ class Dynamix:
         # timings: means per step over the interval, or over the steps since this rank's detector
         # saw a change in it (the mixed mean would describe neither the old nor the new speed)
         recent = iv.per_step[iv.since:] if iv.since is not None else iv.per_step
-        c, m, st = (float(np.mean(x)) for x in zip(*recent)) if recent else (math.nan,) * 3
+        c, m, st = (float(np.mean(x)) for x in list(zip(*recent))[:3]) if recent else (math.nan,) * 3
         ws = WorkerStats(
             rank=self.rank, batch_size=plan.batch_sizes[self.rank], max_batch=self.bounds.max_batch[self.rank],
             steps=iv.steps, compute_s=c / self.config.accumulation, step_s=st, comm_s=m,
@@ -557,6 +558,9 @@ class Dynamix:
         if self._react_ranks is not None and self._detector is not None:
             self._detector.rebase()
         self._react_ranks = None
+        # a flag raised in this very step is answered by this decision (its row already reports the
+        # means since the change): sending it on would ask for a second decision one step later
+        self._react_flag = 0
 
     def _propose(self, state: ClusterState, step: int, record: dict[str, Any]) -> tuple[Plan, Any]:
         """Rank 0: the controller's proposal through the guards and next_plan. Never raises
@@ -612,11 +616,26 @@ class Dynamix:
             g2_sum = iv.g_sum - (float(extra[:, 1].sum()) - iv.g_inv)
             self.noise.update(s_sum / iv.gns_steps, g2_sum / iv.gns_steps)
         loss = iv.loss / iv.loss_n if iv.loss_n else float("nan")
-        elapsed = time.perf_counter() - iv.t0
         return GlobalStats(step=step + 1, noise_scale=self.noise.noise_scale, loss=loss,
                            loss_trend=self.loss_trend.update(loss),
                            grad_var_trend=self.var_trend.update(self.noise.grad_variance),
-                           samples_per_s=iv.samples / elapsed if elapsed > 0 else float("nan"))
+                           samples_per_s=self._throughput())
+
+    def _throughput(self) -> float:
+        """Rank 0: samples per second of training steps (pauses between steps, e.g. evaluation,
+        excluded) over the interval, or on an early decision over the steps since the change (the
+        goodput guard takes its reference level from this: a level mixing the old cluster's
+        steps with the new one's made a link_degrade PPO run fall back after its right move)."""
+        iv = self._interval
+        recent = iv.per_step
+        if self._react_ranks is not None and self._detector is not None and recent:
+            k = len(recent) - iv.since if iv.since is not None else self._detector.confirm
+            recent = recent[-min(max(k, 1), len(recent)):]
+        t = sum(p[2] for p in recent)
+        if t > 0:
+            return sum(p[3] for p in recent) / t
+        elapsed = time.perf_counter() - iv.t0
+        return iv.samples / elapsed if elapsed > 0 else float("nan")
 
     # =====================================================================================
     # checkpoint
