@@ -6,6 +6,12 @@ For every controller run (``OUT/<controller>[.rN]/rank<R>.jsonl``) prints when r
 batch of at most ``--max-batch`` samples after the event, how many steps ran before that, and the
 time those steps cost beyond the run's median step time after adaptation (scaled by the global
 batch, so a controller that also changed B is compared per sample). Static runs are skipped.
+
+Also, from ``evals.jsonl`` and ``summary.json``: the steps to the target accuracy and the mean step
+time between the event and the target (training clock). The second separates how fast a controller
+steps after the event from how many steps the run needed, which varies by tens of steps between
+runs of the same controller (the evaluation accuracy crosses the target at a noisy point).
+Works for any event (``--event-s``); the adaptation columns need a rank whose batch should fall.
 """
 from __future__ import annotations
 
@@ -27,6 +33,22 @@ def adaptation(steps: list[dict], event_s: float, max_batch: int) -> tuple[float
     return first["t"] - event_s, len(lag), lost
 
 
+def pace(run: Path, event_s: float) -> tuple[int, float] | None:
+    """(steps to target, mean step ms from the last evaluation before the event to the target)."""
+    try:
+        target = json.loads((run / "summary.json").read_text()).get("time_to_target_s")
+        evals = [json.loads(line) for line in open(run / "evals.jsonl")]
+    except (OSError, ValueError):
+        return None
+    if target is None:
+        return None
+    hit = next((e for e in evals if e["t"] >= target - 1e-6), None)
+    before = [e for e in evals if e["t"] <= event_s]
+    if hit is None or not before or hit["step"] <= before[-1]["step"]:
+        return None
+    return hit["step"], 1e3 * (hit["t"] - before[-1]["t"]) / (hit["step"] - before[-1]["step"])
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("out", type=Path)
@@ -39,11 +61,13 @@ def main() -> None:
             continue
         steps = [json.loads(line) for line in open(run / f"rank{args.rank}.jsonl")]
         res = adaptation(steps, args.event_s, args.max_batch)
+        pc = pace(run, args.event_s)
+        tail = f"; target at step {pc[0]}, {pc[1]:.1f} ms/step event->target" if pc else ""
         if res is None:
-            print(f"{run.name:18s} rank {args.rank} never ran <= {args.max_batch} samples after the event")
+            print(f"{run.name:18s} rank {args.rank} never ran <= {args.max_batch} samples after the event{tail}")
             continue
         dt, n, lost = res
-        print(f"{run.name:18s} adapted {dt:.2f} s after the event; {n} steps before; time lost {lost:.2f} s")
+        print(f"{run.name:18s} adapted {dt:.2f} s after the event; {n} steps before; time lost {lost:.2f} s{tail}")
 
 
 if __name__ == "__main__":

@@ -57,9 +57,6 @@ class _Interval:
     """Per-rank accumulators for one decision interval (reset after each decision)."""
 
     steps: int = 0
-    compute_s: float = 0.0
-    comm_s: float = 0.0
-    step_s: float = 0.0
     loss: float = 0.0
     loss_n: int = 0
     gns_a: float = 0.0   # sum_t T_t c_i,t / (N-1)
@@ -422,9 +419,7 @@ class Dynamix:
         if full:
             c, m, st = self._t_backward_end - self._t_batch, now - self._t_backward_end, now - self._t_batch
             iv.steps += 1
-            iv.compute_s += c
-            iv.comm_s += m
-            iv.step_s += st   # from taking the batch: user pauses (eval) between steps excluded
+            # step time from taking the batch: user pauses (eval) between steps excluded
             iv.per_step.append((c, m, st, sl.total))
             if self._detector is not None:
                 plan = self.sampler.plans.at(sl.step)
@@ -473,6 +468,7 @@ class Dynamix:
         skipped. Every rank computes the same answer (the flags came from one allgather)."""
         k, warm = self.config.interval_steps, self.config.warmup_steps
         if step + 1 < warm:
+            self._react_ranks = None     # a change during warm-up is not decided on
             return False
         if self._react_ranks is not None:
             self._early_step = step
