@@ -21,7 +21,11 @@ detector blind for the 8 steps it needs after every plan change (live, link_degr
 change one step before the link slowed, and no early decision).
 
 After an early decision every rank rebases (``rebase``), so the ranks that would have confirmed
-the same change a step later do not ask for a second decision."""
+the same change a step later do not ask for a second decision.
+
+Scheduling noise can fake a step-time change: in session 7, one of five hetero8 runs (8 ranks on
+2 cores, no event) took one such decision. It cost that decision, and the plan stayed (deadband).
+A step-time-only change does not restart any rank's compute model."""
 from __future__ import annotations
 
 import math
