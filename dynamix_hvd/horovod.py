@@ -56,7 +56,6 @@ def _is_horovod_distributed(optimizer: Any) -> bool:
 class _Interval:
     """Per-rank accumulators for one decision interval (reset after each decision)."""
 
-    steps: int = 0
     loss: float = 0.0
     loss_n: int = 0
     gns_a: float = 0.0   # sum_t T_t c_i,t / (N-1)
@@ -415,15 +414,14 @@ class Dynamix:
                                "call it once per optimizer step, after the last micro-batch")
         now = time.perf_counter()
         iv = self._interval
+        before = self.sampler.plans.at(sl.step)       # the plan this step ran under
         full = self._is_full(sl)
         if full:
             c, m, st = self._t_backward_end - self._t_batch, now - self._t_backward_end, now - self._t_batch
-            iv.steps += 1
             # step time from taking the batch: user pauses (eval) between steps excluded
             iv.per_step.append((c, m, st, sl.total))
             if self._detector is not None:
-                plan = self.sampler.plans.at(sl.step)
-                change = self._detector.add(plan.batch_sizes[self.rank], plan.global_batch, c, st)
+                change = self._detector.add(before.batch_sizes[self.rank], before.global_batch, c, st)
                 if change is not None:
                     self._react_flag = 1
                     iv.since = max(len(iv.per_step) - change.steps_since, 0)
@@ -444,7 +442,6 @@ class Dynamix:
         self._consumed = {"epoch": sl.epoch + (1 if epoch_end else 0), "cursor": 0 if epoch_end else sl.end,
                           "step": sl.step + 1}
         self._current = None
-        before = self.sampler.plans.at(sl.step)
         if self._due(sl.step):
             self._decide(sl.step)
         after = self.sampler.plans.at(sl.step + 1)
@@ -509,12 +506,12 @@ class Dynamix:
         c, m, st = (float(np.mean(x)) for x in list(zip(*recent))[:3]) if recent else (math.nan,) * 3
         ws = WorkerStats(
             rank=self.rank, batch_size=plan.batch_sizes[self.rank], max_batch=self.bounds.max_batch[self.rank],
-            steps=iv.steps, compute_s=c / self.config.accumulation, step_s=st, comm_s=m,
+            steps=len(iv.per_step), compute_s=c / self.config.accumulation, step_s=st, comm_s=m,
             loss=iv.loss / iv.loss_n if iv.loss_n else float("nan"),
             changed=iv.changed if recent else 0,
         )
         if self.collector is not None:
-            for key, value in self.collector.window().worker_stats_fields(iv.steps or None).items():
+            for key, value in self.collector.window().worker_stats_fields(len(iv.per_step) or None).items():
                 setattr(ws, key, value)
         if self.metrics_fn is not None:
             self.metrics_fn(ws)

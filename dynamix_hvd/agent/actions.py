@@ -84,8 +84,7 @@ class BalancedAnchor:
         self.model = ComputeModel(history=history)
 
     def observe(self, state: ClusterState) -> None:
-        self.model.add(state.plan.batch_sizes, [w.compute_s for w in state.workers],
-                       changed=[w.changed for w in state.workers])
+        self.model.add_state(state)
 
     def global_batch(self, running_target: float) -> float:
         """The global batch the global scale multiplies: here the policy's running target."""

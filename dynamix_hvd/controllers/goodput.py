@@ -65,8 +65,7 @@ class GoodputController(Controller):
         batch) only for a predicted gain above ``switch_gain``."""
         current = np.asarray(state.plan.batch_sizes, dtype=float)
         n = state.world_size
-        self.model.add(current, [w.compute_s for w in state.workers],
-                       changed=[w.changed for w in state.workers])
+        self.model.add_state(state)
         alpha, beta = self.model.fit()
         if not np.isfinite(beta).all():
             return current, float(current.sum())

@@ -29,9 +29,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from dynamix_hvd.records import ClusterState
 
 
 def _points(b: Sequence[float], t: Sequence[float]) -> list[tuple[float, float]]:
@@ -173,6 +176,12 @@ class ComputeModel:
             else:
                 self.pending[i] = None
                 d.append((b, t))
+
+    def add_state(self, state: "ClusterState") -> None:
+        """``add`` for one decision's state: the plan's sizes, each rank's compute time and
+        ``changed`` flag."""
+        self.add(state.plan.batch_sizes, [w.compute_s for w in state.workers],
+                 changed=[w.changed for w in state.workers])
 
     def _restart(self, i: int, points: list[tuple[float, float]]) -> None:
         """Rank i changed: its history restarts from ``points``; the fit before the change is

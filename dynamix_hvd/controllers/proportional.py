@@ -37,8 +37,7 @@ class ProportionalController(Controller):
 
     def decide(self, state: ClusterState) -> Sequence[float]:
         current = np.asarray(state.plan.batch_sizes, dtype=float)
-        self.model.add(current, [w.compute_s for w in state.workers],
-                       changed=[w.changed for w in state.workers])
+        self.model.add_state(state)
         alpha, beta = self.model.fit()
         if not np.isfinite(beta).all():
             return list(current)

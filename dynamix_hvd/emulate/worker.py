@@ -78,11 +78,9 @@ def parse_controller(spec: str) -> ControllerSpec:
     return ControllerSpec(name, b, not colon)
 
 
-def _make_controller(spec: str, cfg: object, world: int, device: EmulatedDevice) -> object | None:
+def _make_controller(spec: ControllerSpec, cfg: object, world: int, device: EmulatedDevice) -> object | None:
     """The oracle needs the scenario's true speeds; every other controller is built by the hook."""
-    parsed = parse_controller(spec)
-    name, global_batch = parsed.name, parsed.global_batch
-    if name != "oracle":
+    if spec.name != "oracle":
         return None
     from dynamix_hvd.controllers import make_controller
     from dynamix_hvd.plan import PlanBounds
@@ -91,7 +89,7 @@ def _make_controller(spec: str, cfg: object, world: int, device: EmulatedDevice)
                         quantum=cfg.quantum, max_global_batch=cfg.max_global_batch,  # type: ignore[attr-defined]
                         deadband=cfg.deadband)  # type: ignore[attr-defined]
     return make_controller("oracle", bounds, cfg.base_batch, speed_fn=device.true_speeds,  # type: ignore[attr-defined]
-                           global_batch=global_batch)
+                           global_batch=spec.global_batch)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = DynamixConfig(base_batch=sc.base_batch, controller=spec.name, react=spec.react,
                             interval_steps=sc.interval_steps, max_batch=tuple(device.max_batches()),
                             run_dir=str(run_dir), seed=sc.seed, tensorboard=True)
-        ctl = _make_controller(args.controller, cfg, world, device) if rank == 0 else None
+        ctl = _make_controller(spec, cfg, world, device) if rank == 0 else None
         loop = Dynamix(model, optimizer, dataset_size=len(data), config=cfg, controller=ctl, emulator=device)
 
     steps_log = open(run_dir / f"rank{rank}.jsonl", "w", buffering=1 << 16)  # noqa: SIM115
