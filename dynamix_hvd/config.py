@@ -132,6 +132,12 @@ class DynamixConfig:
                       finetune_epochs=self.finetune_epochs, finetune_seed=self.seed)
         return kw
 
+    def min_global_batch_for(self, world_size: int) -> int:
+        """The floor on the global batch: ``min_global_batch``, or half of base_batch x N."""
+        if self.min_global_batch is not None:
+            return self.min_global_batch
+        return max(1, self.base_batch * world_size // 2)
+
     def max_batch_for(self, world_size: int) -> tuple[int, ...]:
         if isinstance(self.max_batch, tuple):
             return self.max_batch

@@ -675,7 +675,7 @@ class Dynamix:
         if isinstance(caps, tuple) and len(caps) != self.world:
             caps = max(caps)
         caps = caps if isinstance(caps, tuple) else (caps,) * self.world
-        floor = cfg.min_global_batch if cfg.min_global_batch is not None else max(1, cfg.base_batch * self.world // 2)
+        floor = cfg.min_global_batch_for(self.world)
         floor = min(floor, sum(caps), cfg.max_global_batch or floor)
         return PlanBounds(max_batch=caps, min_batch=cfg.min_batch, quantum=cfg.quantum,
                           max_global_batch=cfg.max_global_batch, min_global_batch=floor, deadband=cfg.deadband)

@@ -87,6 +87,7 @@ class Scenario:
     interval_steps: int = 10     # steps between controller decisions
     eval_every_steps: int = 10   # steps between test-set evaluations (clock paused)
     lr: float = 0.01
+    min_global_batch: int | None = None  # the hook's floor on B (None: its default, base_batch * N // 2)
     source: str = ""             # file it was read from, if any
 
     @property
@@ -149,6 +150,7 @@ TOP_KEYS: dict[str, tuple[type, Any, str]] = {
     "interval_steps": (int, _pos, ">= 1"),
     "eval_every_steps": (int, _pos, ">= 1"),
     "lr": (float, _pos, "> 0"),
+    "min_global_batch": (int, _pos, ">= 1"),
 }
 REQUIRED_TOP_KEYS = ("name", "workload", "target_accuracy", "max_time_s", "base_batch", "seed")
 TABLE_KEYS = ("workers", "events")

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -124,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         spec = parse_controller(args.controller)
         cfg = DynamixConfig(base_batch=sc.base_batch, controller=spec.name, react=spec.react,
                             interval_steps=sc.interval_steps, max_batch=tuple(device.max_batches()),
+                            min_global_batch=sc.min_global_batch,
                             run_dir=str(run_dir), seed=sc.seed, tensorboard=True)
+        if spec.global_batch is not None:  # oracle@B runs at B even below the floor (before: oracle@48 ran at 64)
+            cfg = replace(cfg, min_global_batch=min(cfg.min_global_batch_for(world), spec.global_batch))
         ctl = _make_controller(spec, cfg, world, device) if rank == 0 else None
         loop = Dynamix(model, optimizer, dataset_size=len(data), config=cfg, controller=ctl, emulator=device)
 

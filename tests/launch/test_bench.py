@@ -102,13 +102,16 @@ def _leftover(before: set[str]) -> set[str]:
 
 
 def test_bench_network_free(tmp_path: Path) -> None:
-    # oracle@48: the oracle at a fixed global batch (the headroom sweep), 1.5x the base 2 x 16
-    p, out = _bench(tmp_path, "proportional,oracle@48", "--no-netns")
+    # oracle@12: the oracle at a fixed global batch (the headroom sweep), below the hook's default
+    # floor of half the base 2 x 16 (until session 8 the floor silently won: oracle@48 on 4 x 32 ran at 64)
+    p, out = _bench(tmp_path, "proportional,oracle@12", "--no-netns")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "network-free" in p.stdout
-    res = _check_results(out, ["proportional", "oracle@48"])
-    plan = res["controllers"]["oracle@48"]["final_plan"]
-    assert sum(plan) == 48 and plan[0] > plan[1], plan
+    res = _check_results(out, ["proportional", "oracle@12"])
+    plan = res["controllers"]["oracle@12"]["final_plan"]
+    assert sum(plan) == 12 and plan[0] > plan[1], plan
+    steps = [json.loads(l) for l in (out / "oracle@12" / "rank0.jsonl").read_text().splitlines()]
+    assert all(s["B"] == 12 for s in steps[10:] if s["full"]), sorted({s["B"] for s in steps if s["full"]})
 
 
 @pytest.mark.parametrize("spec,words", [("static,bogus", ["bogus"]), ("oracle@x", ["oracle@x", "integer"]),

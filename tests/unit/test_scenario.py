@@ -42,6 +42,11 @@ def test_parse_good() -> None:
     assert sc.events[0].touches_link
 
 
+def test_min_global_batch_is_optional() -> None:
+    assert parse_scenario(GOOD).min_global_batch is None
+    assert parse_scenario(GOOD.replace("seed = 3", "seed = 3\nmin_global_batch = 8")).min_global_batch == 8
+
+
 def test_workers_at_applies_events_in_time() -> None:
     sc = parse_scenario(GOOD)
     assert sc.workers_at(4.9)[1].per_sample_ms == 2.0
@@ -77,6 +82,7 @@ def test_compute_time_model() -> None:
     (("per_sample_ms = 4.0", "per_sample_ms = -4.0"), "events[0].per_sample_ms"),
     (('name = "t"', ""), "name"),
     (("fixed_ms = 1\n", ""), "workers[1].fixed_ms"),
+    (("seed = 3", "seed = 3\nmin_global_batch = 0"), "min_global_batch"),
 ])
 def test_bad_values_name_the_key(edit: tuple[str, str], key: str) -> None:
     old, new = edit
