@@ -114,6 +114,8 @@ def test_shipped_set() -> None:
         assert sc.name == name
     assert load_scenario("hetero8").world_size == 8
     assert any(not e.touches_link for e in load_scenario("node_slowdown").events)
+    assert load_scenario("node_slowdown").min_global_batch is None
+    assert load_scenario("node_slowdown_floor16").min_global_batch == 16
     assert any(e.touches_link for e in load_scenario("link_degrade").events)
     speeds = load_scenario("hetero4x").true_speeds(0)
     assert max(speeds) / min(speeds) == pytest.approx(4.0)
