@@ -1,0 +1,87 @@
+"""Replay the decisions of a `dynamix bench` run through other controllers.
+
+    .venv/bin/python benchmarks/replay_decisions.py runs/slow/ppo [--controllers ppo,goodput] [--first 6]
+
+Every decision record in ``RUN/events.jsonl`` carries the cluster state the controller saw (the
+plan in force, one row per rank, the global statistics). This feeds those states, in order, to a
+fresh instance of each named controller (bounds: the scenario's per-rank ``max_batch`` from
+``RUN/../scenario.toml``, the hook's default global-batch floor) and prints, per decision, the
+global batch the run proposed live and the one each controller proposes on the same inputs. For
+``goodput`` (and the goodput anchor inside ``ppo``) it also prints the model's preferred global
+batch before the switching threshold (``fit B``).
+
+That separates what a policy adds from what its anchor model decides. Example, session 8: in
+node_slowdown, PPO's three session-7 runs held B = 81 for their first 100-170 steps. Replayed,
+the plain goodput controller proposes the same 81 on those inputs, so the 81 came from the goodput
+model, not from PPO's residual. The controllers see the recorded states, not the states their
+own plans would have produced, so only the first decision after a difference is comparable.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from dynamix_hvd.controllers import make_controller
+from dynamix_hvd.emulate.scenario import load_scenario
+from dynamix_hvd.plan import Plan, PlanBounds
+from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
+
+
+def _num(v: Any) -> Any:
+    return NAN if v is None else v
+
+
+def states(run: Path) -> list[tuple[int, float, ClusterState]]:
+    """(step, live proposed global batch, state) of every decision record in ``run/events.jsonl``."""
+    out = []
+    for line in (run / "events.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if "workers" not in r or "glob" not in r or "proposed" not in r:
+            continue                     # fallback / fault events carry no state
+        ws = [WorkerStats(**{k: _num(v) for k, v in w.items()}) for w in r["workers"]]
+        g = GlobalStats(**{k: _num(v) for k, v in r["glob"].items()})
+        st = ClusterState(Plan(version=0, batch_sizes=tuple(r["plan"])), ws, g)
+        out.append((int(r["step"]), float(sum(r["proposed"])), st))
+    return out
+
+
+def fit_b(ctl: Any) -> float:
+    model = getattr(ctl, "last_fit", None)
+    if model is None and getattr(ctl, "anchor", None) is not None:
+        model = getattr(getattr(ctl.anchor, "goodput", None), "last_fit", None)
+    return float((model or {}).get("B", math.nan))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("run", type=Path, help="one controller's directory of a dynamix bench output")
+    p.add_argument("--controllers", default="ppo,goodput")
+    p.add_argument("--first", type=int, default=6, help="decisions to print (0: all)")
+    a = p.parse_args(argv)
+    sc = load_scenario(a.run.parent / "scenario.toml")
+    n = sc.world_size
+    floor = sc.min_global_batch if sc.min_global_batch is not None else max(1, sc.base_batch * n // 2)
+    bounds = PlanBounds(max_batch=tuple(w.max_batch for w in sc.workers), min_global_batch=floor)
+    names = [c for c in a.controllers.split(",") if c]
+    ctls = {c: make_controller(c, bounds, sc.base_batch) for c in names}
+    recs = states(a.run)
+    if not recs:
+        raise SystemExit(f"{a.run}/events.jsonl has no decision records")
+    print(f"{a.run}: {len(recs)} decisions; global batch proposed live vs replayed (fit B: the model's "
+          f"choice before the switching threshold)")
+    print(f"{'step':>5} {'live':>6} " + " ".join(f"{c:>8} {'fit B':>6}" for c in names))
+    for i, (step, live, st) in enumerate(recs):
+        cells = []
+        for c in names:
+            b = sum(ctls[c].decide(st))
+            cells.append(f"{b:8.1f} {fit_b(ctls[c]):6.1f}")
+        if a.first == 0 or i < a.first:
+            print(f"{step:5d} {live:6.1f} " + " ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
