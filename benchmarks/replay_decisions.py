@@ -6,7 +6,7 @@ Every decision record in ``RUN/events.jsonl`` carries the cluster state the cont
 plan in force, one row per rank, the global statistics). This feeds those states, in order, to a
 fresh instance of each named controller (bounds: the scenario's per-rank ``max_batch`` from
 ``RUN/../scenario.toml``, the hook's default global-batch floor) and prints, per decision, the
-global batch the run proposed live and the one each controller proposes on the same inputs. For
+global batch (and split) the run proposed live and what each controller proposes on the same inputs. For
 ``goodput`` (and the goodput anchor inside ``ppo``) it also prints the model's preferred global
 batch before the switching threshold (``fit B``).
 
@@ -34,8 +34,8 @@ def _num(v: Any) -> Any:
     return NAN if v is None else v
 
 
-def states(run: Path) -> list[tuple[int, float, ClusterState]]:
-    """(step, live proposed global batch, state) of every decision record in ``run/events.jsonl``."""
+def states(run: Path) -> list[tuple[int, list[float], ClusterState]]:
+    """(step, live proposed split, state) of every decision record in ``run/events.jsonl``."""
     out = []
     for line in (run / "events.jsonl").read_text().splitlines():
         r = json.loads(line)
@@ -44,7 +44,7 @@ def states(run: Path) -> list[tuple[int, float, ClusterState]]:
         ws = [WorkerStats(**{k: _num(v) for k, v in w.items()}) for w in r["workers"]]
         g = GlobalStats(**{k: _num(v) for k, v in r["glob"].items()})
         st = ClusterState(Plan(version=0, batch_sizes=tuple(r["plan"])), ws, g)
-        out.append((int(r["step"]), float(sum(r["proposed"])), st))
+        out.append((int(r["step"]), [float(b) for b in r["proposed"]], st))
     return out
 
 
@@ -53,6 +53,10 @@ def fit_b(ctl: Any) -> float:
     if model is None and getattr(ctl, "anchor", None) is not None:
         model = getattr(getattr(ctl.anchor, "goodput", None), "last_fit", None)
     return float((model or {}).get("B", math.nan))
+
+
+def _split(b: Any) -> str:
+    return "/".join(f"{x:.0f}" for x in b)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,14 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{a.run}/events.jsonl has no decision records")
     print(f"{a.run}: {len(recs)} decisions; global batch proposed live vs replayed (fit B: the model's "
           f"choice before the switching threshold)")
-    print(f"{'step':>5} {'live':>6} " + " ".join(f"{c:>8} {'fit B':>6}" for c in names))
+    print(f"{'step':>5} {'live':>6} {'split':>12} " + " ".join(f"{c:>12} {'fit B':>6} {'split':>12}" for c in names))
     for i, (step, live, st) in enumerate(recs):
         cells = []
         for c in names:
-            b = sum(ctls[c].decide(st))
-            cells.append(f"{b:8.1f} {fit_b(ctls[c]):6.1f}")
+            b = ctls[c].decide(st)
+            cells.append(f"{sum(b):12.1f} {fit_b(ctls[c]):6.1f} {_split(b):>12}")
         if a.first == 0 or i < a.first:
-            print(f"{step:5d} {live:6.1f} " + " ".join(cells))
+            print(f"{step:5d} {sum(live):6.1f} {_split(live):>12} " + " ".join(cells))
     return 0
 
 

@@ -112,6 +112,17 @@ def test_bench_network_free(tmp_path: Path) -> None:
     assert sum(plan) == 12 and plan[0] > plan[1], plan
     steps = [json.loads(l) for l in (out / "oracle@12" / "rank0.jsonl").read_text().splitlines()]
     assert all(s["B"] == 12 for s in steps[10:] if s["full"]), sorted({s["B"] for s in steps if s["full"]})
+    # the replay tool: proportional replayed on its own run's first recorded state proposes what it did live
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "replay_decisions.py"), str(out / "proportional"),
+                        "--controllers", "proportional,goodput", "--first", "0"],
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [l.split() for l in r.stdout.splitlines()[2:]]
+    decisions = [json.loads(l) for l in (out / "proportional" / "events.jsonl").read_text().splitlines()
+                 if "proposed" in json.loads(l)]
+    assert len(rows) == len(decisions) >= 1
+    # columns: step, live B, live split, then per controller: B, fit B, split
+    assert rows[0][5] == rows[0][2] and float(rows[0][3]) == pytest.approx(float(rows[0][1]), abs=0.05), r.stdout
 
 
 @pytest.mark.parametrize("spec,words", [("static,bogus", ["bogus"]), ("oracle@x", ["oracle@x", "integer"]),
