@@ -24,6 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import make_controller
 from dynamix_hvd.emulate.scenario import load_scenario
 from dynamix_hvd.plan import Plan, PlanBounds
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     sc = load_scenario(a.run.parent / "scenario.toml")
     n = sc.world_size
-    floor = sc.min_global_batch if sc.min_global_batch is not None else max(1, sc.base_batch * n // 2)
+    floor = DynamixConfig(base_batch=sc.base_batch, min_global_batch=sc.min_global_batch).min_global_batch_for(n)
     bounds = PlanBounds(max_batch=tuple(w.max_batch for w in sc.workers), min_global_batch=floor)
     names = [c for c in a.controllers.split(",") if c]
     ctls = {c: make_controller(c, bounds, sc.base_batch) for c in names}
