@@ -98,11 +98,14 @@ def run_main(seeds: list[int], controllers: list[str], policy: str | None, cfg: 
 def run_ablation(seeds: list[int], policy: str | None, policy_dir: Path, cfg: SimConfig) -> dict[str, Any]:
     full = {sc: evaluate_controller(_ctl("ppo", policy), seeds, cfg, scenario=sc) for sc in SCENARIOS}
     prop = [r for sc in SCENARIOS for r in evaluate_controller(factory("proportional"), seeds, cfg, scenario=sc)]
+    good = [r for sc in SCENARIOS for r in evaluate_controller(factory("goodput"), seeds, cfg, scenario=sc)]
     rows, out = [], {}
     m, se, g = summarise([r for v in full.values() for r in v])
     d, dse = paired([r for v in full.values() for r in v], prop)
-    rows.append(["ppo (all features)", m, se, g, "-", "-", d, dse])
-    out["full"] = {"mean_return": m, "se": se, "diff_vs_proportional": d, "diff_vs_proportional_se": dse}
+    dg, dgse = paired([r for v in full.values() for r in v], good)
+    rows.append(["ppo (all features)", m, se, g, "-", "-", d, dse, dg, dgse])
+    out["full"] = {"mean_return": m, "se": se, "diff_vs_proportional": d, "diff_vs_proportional_se": dse,
+                   "diff_vs_goodput": dg, "diff_vs_goodput_se": dgse}
     for name, rel in ABLATIONS.items():
         path = policy_dir / rel
         if not path.is_file():
@@ -115,12 +118,14 @@ def run_ablation(seeds: list[int], policy: str | None, policy_dir: Path, cfg: Si
         d, dse = paired(flat_a, flat_f)
         per = {sc: summarise(ab[sc])[0] - summarise(full[sc])[0] for sc in SCENARIOS}
         dp, dpse = paired(flat_a, prop)
+        dg, dgse = paired(flat_a, good)
         out[name] = {"mean_return": m, "se": se, "diff_vs_full": d, "diff_se": dse, "per_scenario_diff": per,
-                     "diff_vs_proportional": dp, "diff_vs_proportional_se": dpse}
-        rows.append([f"ppo {name}", m, se, g, d, dse, dp, dpse])
+                     "diff_vs_proportional": dp, "diff_vs_proportional_se": dpse,
+                     "diff_vs_goodput": dg, "diff_vs_goodput_se": dgse}
+        rows.append([f"ppo {name}", m, se, g, d, dse, dp, dpse, dg, dgse])
     print(_table(f"ablations ({len(seeds)} seeds x {len(SCENARIOS)} scenarios, paired)",
                  ["policy", "mean return", "s.e.", "goodput / oracle", "diff vs full", "s.e.",
-                  "diff vs proportional", "s.e."], rows))
+                  "diff vs proportional", "s.e.", "diff vs goodput", "s.e."], rows))
     for name in ABLATIONS:
         if name in out:
             print(f"  {name}: per-scenario diff vs full " +
