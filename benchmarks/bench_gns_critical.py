@@ -11,7 +11,7 @@ workload, in one process, with no emulated timing:
 1. It trains with Adam (lr 0.01, the bench's setting) at several fixed global batches and records
    the steps to the target test accuracy, evaluated every 10 steps. It then fits
    S_min + S_min * B_crit / B to the steps by least squares in 1/B.
-2. During the B = 64 runs it estimates B_simple every 25 steps. The estimator is the library's own
+2. During the B = 64 runs (or the first --batches value without 64) it estimates B_simple every 25 steps. The estimator is the library's own
    (``dynamix_hvd.stats.gns_step_estimates``), fed with 4 equal shards of each batch, as 4 ranks
    would see them. It does this twice: on raw gradients, and on gradients preconditioned by Adam's
    second moment (sqrt(v_hat) + eps), as AdaptDL's AdamGradientNoiseScale does.
@@ -101,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in a.seeds.split(",")]
     steps: dict[int, list[int]] = {}
     probes: dict[str, list[tuple[float, float]]] = {"raw": [], "adam": []}
+    probe_b = 64 if 64 in batches else batches[0]     # the batch whose runs estimate B_simple
     for B in batches:
         for s in seeds:
-            hit, est = train(a.workload, B, s, a.target, a.max_steps, probe=(B == 64))
+            hit, est = train(a.workload, B, s, a.target, a.max_steps, probe=(B == probe_b))
             if hit is not None:
                 steps.setdefault(B, []).append(hit)
             for k, v in est.items():
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, v in probes.items():
         if v:
             s_sum, g_sum = sum(x for x, _ in v), sum(y for _, y in v)
-            print(f"B_simple ({name} gradients, B = 64 runs, {len(v)} probes, ratio of sums): "
+            print(f"B_simple ({name} gradients, B = {probe_b} runs, {len(v)} probes, ratio of sums): "
                   f"{s_sum / g_sum:.0f}" if g_sum > 0 else f"B_simple ({name}): undefined (G2 sum <= 0)")
     bs = sorted(steps)
     if len(bs) >= 2:
