@@ -19,13 +19,13 @@ own plans would have produced, so only the first decision after a difference is 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import make_controller
+from dynamix_hvd.emulate.bench import read_jsonl
 from dynamix_hvd.emulate.scenario import load_scenario
 from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
@@ -38,8 +38,7 @@ def _num(v: Any) -> Any:
 def states(run: Path) -> list[tuple[int, list[float], ClusterState]]:
     """(step, live proposed split, state) of every decision record in ``run/events.jsonl``."""
     out = []
-    for line in (run / "events.jsonl").read_text().splitlines():
-        r = json.loads(line)
+    for r in read_jsonl(run / "events.jsonl"):
         if "workers" not in r or "glob" not in r or "proposed" not in r:
             continue                     # fallback / fault events carry no state
         ws = [WorkerStats(**{k: _num(v) for k, v in w.items()}) for w in r["workers"]]

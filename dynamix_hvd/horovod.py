@@ -503,7 +503,7 @@ class Dynamix:
         # timings: means per step over the interval, or over the steps since this rank's detector
         # saw a change in it (the mixed mean would describe neither the old nor the new speed)
         recent = iv.per_step[iv.since:] if iv.since is not None else iv.per_step
-        c, m, st = (float(np.mean(x)) for x in list(zip(*recent))[:3]) if recent else (math.nan,) * 3
+        c, m, st = (float(x) for x in np.asarray(recent, dtype=float)[:, :3].mean(axis=0)) if recent else (math.nan,) * 3
         ws = WorkerStats(
             rank=self.rank, batch_size=plan.batch_sizes[self.rank], max_batch=self.bounds.max_batch[self.rank],
             steps=len(iv.per_step), compute_s=c / self.config.accumulation, step_s=st, comm_s=m,
