@@ -55,6 +55,10 @@ class DynamixConfig:
     react_tol: float = 0.5               # relative change of 3 steps in a row that counts as a jump
     progress: bool = False               # tqdm bar on rank 0: epoch samples, ETA, plan, throughput
     controller_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    max_batch_growth: float | None = None  # B <= this x B0 (None: from lr_rule, lr.MAX_GROWTH; none -> 1)
+    max_rank_change: float = 1.0         # per decision a rank's size stays in [b/(1+x), b(1+x)] (a rank
+                                         # whose own detector saw its speed change is exempt)
+    max_global_change: float = 0.5      # per decision B stays in [B/(1+x), B(1+x)]
     finetune: bool = False               # PPO only: fine-tune the policy online on rank 0 (background updates)
     finetune_steps: int = 32             # decisions (transitions) per PPO update
     finetune_lr: float = 1e-4            # Adam learning rate of the online updates
@@ -111,6 +115,14 @@ class DynamixConfig:
         need(isinstance(self.react, bool), "react", "true or false")
         need(isinstance(self.react_tol, (int, float)) and not isinstance(self.react_tol, bool)
              and 0 < self.react_tol <= 10, "react_tol", "a number in (0, 10]")
+        need(self.max_batch_growth is None or (isinstance(self.max_batch_growth, (int, float))
+                                               and not isinstance(self.max_batch_growth, bool)
+                                               and self.max_batch_growth >= 1), "max_batch_growth",
+             "None (from lr_rule) or a number >= 1")
+        for name in ("max_rank_change", "max_global_change"):
+            v = getattr(self, name)
+            need(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 100, name,
+                 "a number in (0, 100] (relative change per decision)")
         need(isinstance(self.controller_kwargs, Mapping), "controller_kwargs", "a table / dict")
         need(isinstance(self.finetune, bool), "finetune", "true or false")
         need(not self.finetune or self.controller == "ppo", "finetune",
@@ -137,6 +149,16 @@ class DynamixConfig:
         if self.min_global_batch is not None:
             return self.min_global_batch
         return max(1, self.base_batch * world_size // 2)
+
+    def max_global_batch_for(self, world_size: int) -> int | None:
+        """The cap on the global batch: ``max_global_batch`` and the growth the LR rule allows
+        (``max_batch_growth``, default ``lr.MAX_GROWTH[lr_rule]``) over B0; None: no cap."""
+        from dynamix_hvd.lr import MAX_GROWTH
+
+        growth = self.max_batch_growth if self.max_batch_growth is not None else MAX_GROWTH[self.lr_rule]
+        b0 = self.base_global_batch or self.base_batch * world_size
+        caps = [c for c in (self.max_global_batch, None if growth is None else int(growth * b0)) if c is not None]
+        return min(caps) if caps else None
 
     def max_batch_for(self, world_size: int) -> tuple[int, ...]:
         if isinstance(self.max_batch, tuple):
@@ -195,10 +217,13 @@ def _parse_env_value(name: str, raw: str, default: Any) -> Any:
             if raw.lower() in ("0", "false", "no", "off"):
                 return False
             raise ValueError("expected true/false")
-        if name in ("max_global_batch", "base_global_batch", "run_dir") and raw.lower() in ("", "none"):
+        if name in ("max_global_batch", "base_global_batch", "run_dir", "max_batch_growth") and \
+                raw.lower() in ("", "none"):
             return None
         if isinstance(default, int) or name in ("max_global_batch", "base_global_batch"):
             return int(raw)
+        if name == "max_batch_growth":
+            return float(raw)
         if isinstance(default, float):
             return float(raw)
         if name == "controller_kwargs":

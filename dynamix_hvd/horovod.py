@@ -42,7 +42,7 @@ from dynamix_hvd.plan import Plan, PlanBounds, next_plan, split_global
 from dynamix_hvd.react import ChangeDetector
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.observe import EpochProgress, RunLogger
-from dynamix_hvd.safety import ControllerErrors, GoodputGuard, unexplained_slowdown
+from dynamix_hvd.safety import ControllerErrors, GoodputGuard, MoveLimits, limit_proposal, unexplained_slowdown
 from dynamix_hvd.stats import NoiseScaleEstimator, Trend, statistical_efficiency
 
 N_EXTRA = 2  # per-rank GNS sums appended to the WorkerStats row
@@ -172,6 +172,7 @@ class Dynamix:
         self.progress = EpochProgress(dataset_size, enabled=cfg.progress and self.rank == 0)
         self._errors = ControllerErrors()
         self._guard = GoodputGuard(drop=cfg.guard_drop, patience=cfg.guard_patience)
+        self._limits = MoveLimits(max_rank_change=cfg.max_rank_change, max_global_change=cfg.max_global_change)
         self._changed_last = False
         self._prev_state: ClusterState | None = None     # the last decision's state (the guard's reference)
         self.collector = self._start_collector() if cfg.collector else None
@@ -504,11 +505,15 @@ class Dynamix:
         # saw a change in it (the mixed mean would describe neither the old nor the new speed)
         recent = iv.per_step[iv.since:] if iv.since is not None else iv.per_step
         c, m, st = (float(x) for x in np.asarray(recent, dtype=float)[:, :3].mean(axis=0)) if recent else (math.nan,) * 3
+        # the scatter of the per-step compute times: controllers act on a speed difference only
+        # when it is outside this (controllers/model.py: ComputeModel.rel_uncertainty)
+        c_se = (float(np.std(np.asarray(recent, dtype=float)[:, 0], ddof=1)) / math.sqrt(len(recent))
+                if len(recent) >= 2 else math.nan)
         ws = WorkerStats(
             rank=self.rank, batch_size=plan.batch_sizes[self.rank], max_batch=self.bounds.max_batch[self.rank],
             steps=len(iv.per_step), compute_s=c / self.config.accumulation, step_s=st, comm_s=m,
             loss=iv.loss / iv.loss_n if iv.loss_n else float("nan"),
-            changed=iv.changed if recent else 0,
+            changed=iv.changed if recent else 0, compute_se_s=c_se / self.config.accumulation,
         )
         if self.collector is not None:
             for key, value in self.collector.window().worker_stats_fields(len(iv.per_step) or None).items():
@@ -581,7 +586,14 @@ class Dynamix:
             total = float(sum(proposed))
             if math.isfinite(revert_B) and revert_B > 0 and total > 0:
                 proposed = [float(x) * revert_B / total for x in proposed]
+            notes: list[str] = []
+            if not self.controller.exact:
+                proposed, notes = limit_proposal(state, proposed, self._limits, self.bounds.min_batch)
             proposal = next_plan(current, proposed, self.bounds, step + 1 + self.lag_steps)
+            record["reason"] = "; ".join([r for r in (self.controller.last_reason,) if r] + notes) or None
+            if proposal is not current:
+                sys.stderr.write(f"dynamix: step {step + 1}: plan {list(current.batch_sizes)} -> "
+                                 f"{list(proposal.batch_sizes)} ({self.controller.name}): {record['reason']}\n")
             self._errors.ok()
         except Exception as exc:  # noqa: BLE001 - a controller fault must not stop training
             warnings.warn(f"dynamix: controller {self.controller.name!r} failed: {exc!r}; plan unchanged",
@@ -610,6 +622,7 @@ class Dynamix:
             self.noise.update(s_sum / iv.gns_steps, g2_sum / iv.gns_steps)
         loss = iv.loss / iv.loss_n if iv.loss_n else float("nan")
         return GlobalStats(step=step + 1, noise_scale=self.noise.noise_scale, loss=loss,
+                           noise_scale_rel_err=self.noise.rel_err, noise_scale_stable=self.noise.stable,
                            loss_trend=self.loss_trend.update(loss),
                            grad_var_trend=self.var_trend.update(self.noise.grad_variance),
                            samples_per_s=self._throughput())
@@ -676,9 +689,10 @@ class Dynamix:
             caps = max(caps)
         caps = caps if isinstance(caps, tuple) else (caps,) * self.world
         floor = cfg.min_global_batch_for(self.world)
-        floor = min(floor, sum(caps), cfg.max_global_batch or floor)
+        cap = cfg.max_global_batch_for(self.world)
+        floor = min(floor, sum(caps), cap or floor)
         return PlanBounds(max_batch=caps, min_batch=cfg.min_batch, quantum=cfg.quantum,
-                          max_global_batch=cfg.max_global_batch, min_global_batch=floor, deadband=cfg.deadband)
+                          max_global_batch=cap, min_global_batch=floor, deadband=cfg.deadband)
 
     def reconnect(self) -> None:
         """After Horovod was re-initialised (elastic reset): a communicator for the new world."""

@@ -14,6 +14,15 @@ import math
 
 RULES = ("none", "linear", "sqrt", "adascale")
 
+# How far above B0 the global batch may grow under each rule (DynamixConfig.max_global_batch_for).
+# Without an LR rule a k-times larger batch takes the same step size k times less often: progress
+# per sample falls by up to k, which the goodput model's E(B) (it assumes a rule that keeps the
+# per-sample progress, as AdaScale does) cannot see; live it cost 1.3 points of final accuracy
+# (issue 24) and 4x fewer updates on the quickstart (issue 26). sqrt and linear scaling are
+# known to hold over a bounded range only (Goyal et al. 2017: up to ~8k for ResNet-50 from 256,
+# i.e. 32x with warm-up; we stay well inside); AdaScale adapts its gain to the measured noise.
+MAX_GROWTH: dict[str, float | None] = {"none": 1.0, "sqrt": 4.0, "linear": 8.0, "adascale": None}
+
 
 def lr_factor(rule: str, global_batch: int, base_global_batch: int, s: float = float("nan"),
               g2: float = float("nan")) -> float:

@@ -37,6 +37,7 @@ class WorkerStats:
     loss: float = NAN
     changed: int = 0              # 1: this rank's compute time changed during the interval (its
                                   # early-decision detector fired); compute_s covers the steps since
+    compute_se_s: float = NAN     # standard error of compute_s (per-step scatter / sqrt(steps))
 
     @property
     def time_per_sample_s(self) -> float:
@@ -65,6 +66,8 @@ class GlobalStats:
     step: int = 0
     progress: float = 0.0        # 0..1 of the training budget
     noise_scale: float = NAN     # B_simple (gradient noise scale), in samples
+    noise_scale_rel_err: float = NAN  # its relative standard error (NaN: unknown, not to be acted on)
+    noise_scale_stable: bool = False  # enough intervals and a small enough error to change B on
     loss: float = NAN
     loss_trend: float = NAN      # relative change per interval (negative = improving)
     grad_var_trend: float = NAN  # relative change of the gradient variance estimate

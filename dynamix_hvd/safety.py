@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
 
 from dynamix_hvd.records import ClusterState
 
@@ -119,3 +122,72 @@ class ControllerErrors:
 
     def ok(self) -> None:
         self.in_a_row = 0
+
+
+@dataclass(frozen=True)
+class MoveLimits:
+    """What one decision may change, whatever the controller proposes (``limit_proposal``).
+
+    ``max_rank_change``: each rank's size stays within [b/(1+x), b(1+x)] of its current size,
+    except a rank flagged ``changed`` (its own step-by-step detector measured a new speed) or one
+    that has to make room for such a rank; ``max_global_change``: the same for the global batch;
+    ``hold_global_without_gns``: the global batch stays unless the noise-scale estimate is stable.
+    Live (issue 24) PPO moved one rank 41 -> 330 -> 10 -> 90 within 5 s and grew B from 144 to
+    575; each of those moves is bounded here."""
+
+    max_rank_change: float = 1.0
+    max_global_change: float = 0.5
+    hold_global_without_gns: bool = True
+
+
+def _fill(weights: np.ndarray, lo: np.ndarray, hi: np.ndarray, total: float) -> np.ndarray:
+    """x_i = clip(lam * w_i, lo_i, hi_i) with sum(x) = total (bisection on lam); ``total`` is
+    first clipped to [sum lo, sum hi]."""
+    total = float(np.clip(total, lo.sum(), hi.sum()))
+    a, b = 0.0, 1.0
+    while np.clip(b * weights, lo, hi).sum() < total and b < 1e18:
+        b *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (a + b)
+        if np.clip(mid * weights, lo, hi).sum() < total:
+            a = mid
+        else:
+            b = mid
+    return np.clip(b * weights, lo, hi)
+
+
+def limit_proposal(state: ClusterState, proposed: Sequence[float], limits: MoveLimits,
+                   min_batch: int = 1) -> tuple[list[float], list[str]]:
+    """The proposal with the per-decision limits applied, and one note per limit that bound.
+
+    Pure; called on rank 0 for every controller (but the bench's exact oracle) before
+    ``plan.next_plan`` applies bounds, quantum and deadband."""
+    cur = np.asarray(state.plan.batch_sizes, dtype=float)
+    prop = np.asarray([float(x) for x in proposed], dtype=float)
+    if prop.shape != cur.shape or not np.isfinite(prop).all() or prop.sum() <= 0:
+        return [float(x) for x in proposed], []      # next_plan reports what is wrong with it
+    notes: list[str] = []
+    B_cur, B = float(cur.sum()), float(prop.sum())
+    if limits.hold_global_without_gns and abs(B - B_cur) > 0.5 and not state.glob.noise_scale_stable:
+        notes.append(f"global batch held at {B_cur:.0f} (proposed {B:.0f}): noise-scale estimate not stable "
+                     f"(rel. err {state.glob.noise_scale_rel_err:.2f})")
+        B = B_cur
+    g = limits.max_global_change
+    lo_B, hi_B = B_cur / (1.0 + g), B_cur * (1.0 + g)
+    if not lo_B <= B <= hi_B:
+        notes.append(f"global batch move {B_cur:.0f} -> {B:.0f} limited to a factor {1 + g:g} per decision")
+        B = float(np.clip(B, lo_B, hi_B))
+    x = limits.max_rank_change
+    changed = np.array([bool(w.changed) for w in state.workers]) if len(state.workers) == cur.size else \
+        np.zeros(cur.size, dtype=bool)
+    floor = float(max(min_batch, 1))
+    lo = np.where(changed, floor, np.maximum(cur / (1.0 + x), floor))
+    hi = np.where(changed, np.inf, np.maximum(cur * (1.0 + x), floor))
+    if changed.any() and not (lo.sum() <= B <= hi.sum()):
+        # a changed rank's move needs room: the others may move further this time
+        lo, hi = np.full(cur.size, floor), np.full(cur.size, np.inf)
+    target = prop * (B / prop.sum())
+    out = _fill(np.maximum(target, 1e-9), lo, hi, B)
+    if np.any(np.abs(out - target) > 0.5):
+        notes.append(f"per-rank moves limited to a factor {1 + x:g} per decision")
+    return [float(v) for v in out], notes

@@ -35,12 +35,24 @@ def gns_step_estimates(weighted_local_sq: float, global_sq: float, global_batch:
 
 @dataclass
 class NoiseScaleEstimator:
-    """EMA of S and G2 estimates; ``noise_scale`` = S/G2 (NaN until both are positive)."""
+    """EMA of S and G2 estimates; ``noise_scale`` = S/G2 (NaN until both are positive).
+
+    It also tracks how much the per-interval estimates scatter (an EMA of their squared
+    deviation from the running means) and reports ``rel_err``: the relative standard error of
+    the noise scale, by the delta method on S_ema / G2_ema with each EMA's effective sample size
+    ``min(updates, (1 + beta) / (1 - beta))``. The estimate is ``stable`` once it has
+    ``min_updates`` intervals and ``rel_err <= max_rel_err``; controllers change the global
+    batch only on a stable estimate (a noisy one read 165-225 on identical ranks and sent the
+    global batch from 64 to 256)."""
 
     beta: float = 0.9
     s_ema: float = NAN
     g2_ema: float = NAN
     updates: int = 0
+    s_var: float = 0.0          # EMA of (s - s_ema)^2
+    g2_var: float = 0.0         # EMA of (g2 - g2_ema)^2
+    min_updates: int = 4
+    max_rel_err: float = 0.25
 
     def update(self, s: float, g2: float, weight: float = 1.0) -> None:
         if not (math.isfinite(s) and math.isfinite(g2)):
@@ -48,9 +60,14 @@ class NoiseScaleEstimator:
         b = self.beta ** max(weight, 1e-9)
         if self.updates == 0:
             self.s_ema, self.g2_ema = s, g2
+            self.s_var = self.g2_var = 0.0
         else:
+            ds, dg = s - self.s_ema, g2 - self.g2_ema
             self.s_ema = b * self.s_ema + (1 - b) * s
             self.g2_ema = b * self.g2_ema + (1 - b) * g2
+            # West's EMA variance: the deviation from the old mean, weighted as the new point
+            self.s_var = b * (self.s_var + (1 - b) * ds * ds)
+            self.g2_var = b * (self.g2_var + (1 - b) * dg * dg)
         self.updates += 1
 
     @property
@@ -60,16 +77,42 @@ class NoiseScaleEstimator:
         return self.s_ema / self.g2_ema
 
     @property
+    def rel_err(self) -> float:
+        """Relative standard error of ``noise_scale``; NaN before two updates or without a
+        positive estimate (then it is not usable at all)."""
+        if self.updates < 2 or not (self.g2_ema > 0 and self.s_ema > 0):
+            return NAN
+        n_eff = min(float(self.updates), (1.0 + self.beta) / max(1.0 - self.beta, 1e-9))
+        rs = math.sqrt(max(self.s_var, 0.0) / n_eff) / self.s_ema
+        rg = math.sqrt(max(self.g2_var, 0.0) / n_eff) / self.g2_ema
+        return math.sqrt(rs * rs + rg * rg)
+
+    @property
+    def stable(self) -> bool:
+        return noise_scale_stable(self.noise_scale, self.rel_err, self.updates, self.min_updates, self.max_rel_err)
+
+    @property
     def grad_variance(self) -> float:
         """tr(Sigma) estimate: the per-sample gradient variance."""
         return self.s_ema if self.updates else NAN
 
     def state_dict(self) -> dict[str, Any]:
-        return {"beta": self.beta, "s_ema": self.s_ema, "g2_ema": self.g2_ema, "updates": self.updates}
+        return {"beta": self.beta, "s_ema": self.s_ema, "g2_ema": self.g2_ema, "updates": self.updates,
+                "s_var": self.s_var, "g2_var": self.g2_var}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.beta, self.s_ema, self.g2_ema, self.updates = (
             float(d["beta"]), float(d["s_ema"]), float(d["g2_ema"]), int(d["updates"]))
+        self.s_var, self.g2_var = float(d.get("s_var", 0.0)), float(d.get("g2_var", 0.0))
+
+
+def noise_scale_stable(noise_scale: float, rel_err: float, updates: int = 1_000_000, min_updates: int = 4,
+                       max_rel_err: float = 0.25) -> bool:
+    """True when a noise-scale estimate may drive the global batch: positive, from at least
+    ``min_updates`` intervals, with a relative standard error of at most ``max_rel_err``.
+    NaN ``rel_err`` (unknown confidence) is not stable."""
+    return (math.isfinite(noise_scale) and noise_scale > 0 and updates >= min_updates
+            and math.isfinite(rel_err) and rel_err <= max_rel_err)
 
 
 @dataclass

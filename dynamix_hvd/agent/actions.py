@@ -28,7 +28,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from dynamix_hvd.controllers.model import ComputeModel, equal_time_split
+from dynamix_hvd.controllers.model import (MIN_COMPUTE_S, Z_MIN, ComputeModel, SplitEvidence, equal_time_split,
+                                           rel_uncertainty, split_evidence)
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
@@ -82,9 +83,16 @@ class BalancedAnchor:
 
     def __init__(self, history: int = 16) -> None:
         self.model = ComputeModel(history=history)
+        self.evidence: SplitEvidence | None = None   # do the measurements justify a re-split?
+        self.reason: str | None = None
 
     def observe(self, state: ClusterState) -> None:
         self.model.add_state(state)
+        alpha, beta = self.model.fit()
+        b = np.asarray(state.plan.batch_sizes, dtype=np.float64)
+        if alpha.size == b.size and np.isfinite(alpha).all() and np.isfinite(beta).all():
+            self.evidence = split_evidence(alpha + beta * b, rel_uncertainty(self.model, state), MIN_COMPUTE_S, Z_MIN)
+            self.reason = self.evidence.reason
 
     def global_batch(self, running_target: float) -> float:
         """The global batch the global scale multiplies: here the policy's running target."""
@@ -93,7 +101,8 @@ class BalancedAnchor:
     def split(self, sizes: Sequence[float], target: float, bounds: PlanBounds) -> np.ndarray:
         b = np.asarray(sizes, dtype=np.float64)
         alpha, beta = self.model.fit()
-        if alpha.size != b.size or not (np.isfinite(alpha).all() and np.isfinite(beta).all()):
+        if alpha.size != b.size or not (np.isfinite(alpha).all() and np.isfinite(beta).all()) or \
+                (self.evidence is not None and not self.evidence.act):
             return b * (target / b.sum())
         return equal_time_split(alpha, beta, float(target), float(max(bounds.min_batch, 1)),
                                 np.asarray(bounds.max_batch, dtype=np.float64))
@@ -116,12 +125,15 @@ class GoodputAnchor(BalancedAnchor):
         self.goodput = GoodputController(bounds, base_batch, history=history)
         self.model = self.goodput.model          # one fit, shared with the split
         self.B: float | None = None
+        self.evidence: SplitEvidence | None = None
+        self.reason: str | None = None
 
     def observe(self, state: ClusterState) -> None:
         # the incumbent is the anchor's own previous choice, not the plan in force: a policy
         # that scales the global batch by 0.8 at every decision then moves 0.8x from the model's
         # choice, instead of compounding (0.8^k) through the model's switching threshold
         _, self.B = self.goodput.choose(state, incumbent=self.B)   # choose() also feeds the model
+        self.evidence, self.reason = self.goodput.last_evidence, self.goodput.last_reason
 
     def global_batch(self, running_target: float) -> float:
         return self.B if self.B is not None and math.isfinite(self.B) and self.B > 0 else running_target

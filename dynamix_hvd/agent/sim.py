@@ -317,6 +317,8 @@ class ClusterSim:
     def global_stats(self, out: Mapping[str, Any]) -> GlobalStats:
         return GlobalStats(step=self.t * self.cfg.steps_per_decision, progress=out["progress"],
                            noise_scale=out["noise_scale"], loss=out["loss"], loss_trend=out["loss_trend"],
+                           # this simulator hands out the true noise scale: exact, stable
+                           noise_scale_rel_err=0.0, noise_scale_stable=True,
                            grad_var_trend=out["grad_var_trend"], val_loss=NAN, val_loss_trend=out["val_loss_trend"],
                            samples_per_s=out["throughput"])
 

@@ -17,6 +17,11 @@ class Controller(abc.ABC):
     """Decides per-rank batch sizes. Implementations keep their own state; no globals."""
 
     name: str = "base"
+    # True for a controller that reads the truth instead of measuring (the bench's oracle): the
+    # safety layer's limits on what measurements can justify (safety.limit_proposal) do not apply
+    exact: bool = False
+    # one line on why the last decision proposed what it did (decision log, progress output)
+    last_reason: str | None = None
 
     def __init__(self, bounds: PlanBounds, base_batch: int) -> None:
         self.bounds = bounds

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.model import ComputeModel, equal_time_split, equal_time_splits, fit_affine  # noqa: F401 (re-exported)
+from dynamix_hvd.controllers.model import (MIN_COMPUTE_S, Z_MIN, ComputeModel, equal_time_split,  # noqa: F401
+                                           equal_time_splits, fit_affine, rel_uncertainty, split_evidence, SplitEvidence)
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
@@ -36,19 +37,26 @@ class GoodputController(Controller):
     name = "goodput"
 
     def __init__(self, bounds: PlanBounds, base_batch: int, history: int = 16, switch_gain: float = 0.03,
-                 scales: Sequence[float] = SCALES) -> None:
+                 scales: Sequence[float] = SCALES, min_compute_s: float = MIN_COMPUTE_S, z_min: float = Z_MIN) -> None:
         super().__init__(bounds, base_batch)
         self.switch_gain = float(switch_gain)
+        self.min_compute_s, self.z_min = float(min_compute_s), float(z_min)
         self.scales = tuple(float(s) for s in scales)
         self.model = ComputeModel(history=history)
         self.last_fit: dict[str, Any] = {}
+        self.last_evidence: SplitEvidence | None = None
 
     def predict(self, alpha: np.ndarray, beta: np.ndarray, totals: Sequence[float], comm: float, overlap: float,
-                phi: float, b_ref: float) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted goodput of each candidate global batch and its equal-time split:
-        (goodput (M,), splits (M, N)), all candidates in one pass of array operations."""
+                phi: float, b_ref: float, shares: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted goodput of each candidate global batch and its equal-time split (or, with
+        ``shares``, the split in those fixed proportions): (goodput (M,), splits (M, N)), all
+        candidates in one pass of array operations."""
         lo = max(self.bounds.min_batch, 1)
-        b = equal_time_splits(alpha, beta, totals, lo, np.asarray(self.bounds.max_batch, dtype=float))
+        hi = np.asarray(self.bounds.max_batch, dtype=float)
+        if shares is None:
+            b = equal_time_splits(alpha, beta, totals, lo, hi)
+        else:
+            b = np.clip(np.asarray(totals, dtype=float)[:, None] * shares[None, :], lo, hi)
         tc = np.max(alpha + beta * b, axis=1)
         step = tc + np.maximum(comm - overlap * tc, 0.05 * comm)
         B = b.sum(axis=1)
@@ -68,7 +76,12 @@ class GoodputController(Controller):
         self.model.add_state(state)
         alpha, beta = self.model.fit()
         if not np.isfinite(beta).all():
+            self.last_reason = "keep plan: no compute timings yet"
             return current, float(current.sum())
+        ev = split_evidence(alpha + beta * current, rel_uncertainty(self.model, state), self.min_compute_s, self.z_min)
+        # without evidence against the current split, every candidate keeps its proportions
+        self.last_evidence = ev
+        shares = None if ev.act else current / current.sum()
         compute = np.array([w.compute_s for w in state.workers])
         step = _finite_median([w.step_s for w in state.workers])
         comm = _finite_median([w.allreduce_p50_s for w in state.workers])
@@ -90,19 +103,26 @@ class GoodputController(Controller):
         if self.bounds.max_global_batch is not None:
             hi = min(hi, self.bounds.max_global_batch)
         B_now = float(np.clip(incumbent, lo, hi)) if incumbent is not None else float(current.sum())
-        if math.isfinite(phi) and phi > 0:
+        # the global batch moves only on a stable noise-scale estimate (stats.NoiseScaleEstimator)
+        gns_ok = bool(state.glob.noise_scale_stable) and math.isfinite(phi) and phi > 0
+        if gns_ok:
             cands = sorted({float(np.clip(s * b_ref, lo, hi)) for s in self.scales} | {B_now})
         else:
             cands = [B_now]
-        goodput, splits = self.predict(alpha, beta, cands, comm, overlap, phi, b_ref)   # B_now included
+        goodput, splits = self.predict(alpha, beta, cands, comm, overlap, phi, b_ref, shares)   # B_now included
         i_now, i_best = cands.index(B_now), int(np.argmax(goodput))
         g_now, b_now = float(goodput[i_now]), splits[i_now]
         g_best, b_best = float(goodput[i_best]), splits[i_best]
         B_best = cands[i_best]
         self.last_fit = {"alpha": alpha.tolist(), "beta": beta.tolist(), "comm": comm, "overlap": overlap,
                          "B": B_best, "goodput": g_best}
+        gns = (f"noise scale {phi:.0f} (rel. err {state.glob.noise_scale_rel_err:.2f})" if gns_ok else
+               f"global batch held: noise scale not stable (rel. err {state.glob.noise_scale_rel_err:.2f})")
         if g_best < (1.0 + self.switch_gain) * g_now:
+            self.last_reason = f"{ev.reason}; {gns}; B {B_now:.0f} kept"
             return b_now, float(b_now.sum())
+        self.last_reason = (f"{ev.reason}; {gns}; B {B_now:.0f} -> {B_best:.0f}, predicted goodput "
+                            f"{g_best / g_now - 1:+.0%}")
         return b_best, float(b_best.sum())
 
     def state_dict(self) -> dict[str, Any]:

@@ -183,6 +183,14 @@ class PPOController(Controller):
             self.anchor.observe(state)
         obs = self.observe(state)
         levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
+        ev = getattr(self.anchor, "evidence", None)
+        if ev is not None and not ev.act:
+            # the measurements do not justify moving the split (timing noise, steps too short to
+            # time): the policy's per-worker moves are not applied either (issue 26)
+            levels = np.zeros_like(levels)
+        self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None),
+                                                 f"policy levels {levels.astype(int).tolist()}, global scale "
+                                                 f"{self.action_config.global_scales[gidx]:g}") if x)
         proposed, self.target_B = proposal_from_action(sizes, levels, gidx, self.target_B, self.action_config,
                                                        self.bounds, self.anchor)
         self.last_levels = levels

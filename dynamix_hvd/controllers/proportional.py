@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.model import ComputeModel, equal_time_split
+from dynamix_hvd.controllers.model import (MIN_COMPUTE_S, Z_MIN, ComputeModel, equal_time_split, rel_uncertainty,
+                                           split_evidence)
 from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState
 
@@ -28,11 +29,12 @@ class ProportionalController(Controller):
     name = "proportional"
 
     def __init__(self, bounds: PlanBounds, base_batch: int, threshold: float = 0.1, history: int = 16,
-                 change_tol: float = 0.3) -> None:
+                 change_tol: float = 0.3, min_compute_s: float = MIN_COMPUTE_S, z_min: float = Z_MIN) -> None:
         super().__init__(bounds, base_batch)
         if not threshold >= 0:
             raise ValueError(f"threshold={threshold}: must be >= 0")
         self.threshold = float(threshold)
+        self.min_compute_s, self.z_min = float(min_compute_s), float(z_min)
         self.model = ComputeModel(history=history, change_tol=change_tol)
 
     def decide(self, state: ClusterState) -> Sequence[float]:
@@ -40,9 +42,16 @@ class ProportionalController(Controller):
         self.model.add_state(state)
         alpha, beta = self.model.fit()
         if not np.isfinite(beta).all():
+            self.last_reason = "keep split: no compute timings yet"
             return list(current)
         pred = alpha + beta * current
+        ev = split_evidence(pred, rel_uncertainty(self.model, state), self.min_compute_s, self.z_min)
+        if not ev.act:
+            self.last_reason = ev.reason
+            return list(current)
         if pred.max() <= (1.0 + self.threshold) * pred.mean():
+            self.last_reason = (f"keep split: predicted imbalance {pred.max() / pred.mean() - 1:.0%} "
+                                f"<= threshold {self.threshold:.0%}")
             return list(current)
         total = float(current.sum())
         cont = equal_time_split(alpha, beta, total, float(max(self.bounds.min_batch, 1)),
@@ -51,8 +60,13 @@ class ProportionalController(Controller):
         new = np.asarray(split_global(int(round(total)), list(cont), self.bounds), dtype=float)
         # move only for a predicted gain in the slowest rank's time: when compute barely depends
         # on b (fixed-cost dominated) a noisy fit would otherwise shift many samples for nothing
-        if (alpha + beta * new).max() * (1.0 + self.threshold) > pred.max():
+        after = (alpha + beta * new).max()
+        if after * (1.0 + self.threshold) > pred.max():
+            self.last_reason = (f"keep split: re-splitting gains {pred.max() / after - 1:.0%} "
+                                f"<= threshold {self.threshold:.0%}")
             return list(current)
+        self.last_reason = (f"{ev.reason}; slowest predicted compute {1e3 * pred.max():.1f} -> "
+                            f"{1e3 * after:.1f} ms per step")
         return [float(x) for x in new]
 
     def state_dict(self) -> dict[str, Any]:

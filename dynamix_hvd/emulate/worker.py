@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                             min_global_batch=sc.min_global_batch,
                             run_dir=str(run_dir), seed=sc.seed, tensorboard=True)
         if spec.global_batch is not None:  # oracle@B runs at B even below the floor (before: oracle@48 ran at 64)
-            cfg = replace(cfg, min_global_batch=min(cfg.min_global_batch_for(world), spec.global_batch))
+            cfg = replace(cfg, min_global_batch=min(cfg.min_global_batch_for(world), spec.global_batch),
+                          max_batch_growth=max(1.0, spec.global_batch / (sc.base_batch * world)))
         ctl = _make_controller(spec, cfg, world, device) if rank == 0 else None
         loop = Dynamix(model, optimizer, dataset_size=len(data), config=cfg, controller=ctl, emulator=device)
 

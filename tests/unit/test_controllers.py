@@ -20,7 +20,7 @@ def _state(sizes, tps, comm=0.01, noise_scale=float("nan"), caps=None):
     for r, (b, t) in enumerate(zip(sizes, tps)):
         workers.append(WorkerStats(rank=r, batch_size=b, max_batch=caps[r], compute_s=t * b, step_s=step,
                                    comm_s=step - t * b, allreduce_p50_s=comm))
-    return ClusterState(Plan(0, tuple(sizes)), workers, GlobalStats(noise_scale=noise_scale))
+    return ClusterState(Plan(0, tuple(sizes)), workers, GlobalStats(noise_scale_stable=True, noise_scale=noise_scale))
 
 
 def _bounds(n, cap=1024):
@@ -187,7 +187,7 @@ def test_goodput_global_batch_does_not_collapse_after_a_uniform_slowdown():
         ws = [WorkerStats(rank=r, batch_size=b, max_batch=512, compute_s=slow * (alpha + beta * b),
                           step_s=slow * (alpha + beta * b) + 0.005, comm_s=0.005, allreduce_p50_s=0.005)
               for r, b in enumerate(sizes)]
-        return ClusterState(Plan(0, tuple(sizes)), ws, GlobalStats(noise_scale=20.0))
+        return ClusterState(Plan(0, tuple(sizes)), ws, GlobalStats(noise_scale_stable=True, noise_scale=20.0))
 
     sizes = [32] * n
     for _ in range(8):
@@ -258,7 +258,7 @@ def test_goodput_counts_the_measured_exposed_step_overhead():
     def state(exposed):
         ws = [WorkerStats(rank=r, batch_size=32, max_batch=512, compute_s=0.032, step_s=0.032 + exposed,
                           comm_s=exposed, allreduce_p50_s=0.001) for r in range(4)]
-        return ClusterState(Plan(0, (32,) * 4), ws, GlobalStats(noise_scale=200.0))
+        return ClusterState(Plan(0, (32,) * 4), ws, GlobalStats(noise_scale_stable=True, noise_scale=200.0))
 
     bounds = PlanBounds(max_batch=(512,) * 4, min_batch=1, deadband=0.0)
     small = sum(make_controller("goodput", bounds, 32).decide(state(0.001)))

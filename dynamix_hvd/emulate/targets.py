@@ -1,0 +1,91 @@
+"""Honest accuracy figures for ``dynamix bench`` (issue 24).
+
+One evaluation of the small emulated workloads moves by 1-2 points, so a run's final accuracy
+is the **mean of its last ``LAST_K`` evaluations**, and "time to target" is reported at several
+targets, as fractions of the scenario's **plateau** (the static controller's median final
+accuracy; without a static run, the best controller's), from early in training to near the
+plateau. A run reaches a target at its first evaluation at or above it (training clock).
+Pure functions over the runs' ``evals.jsonl`` lines.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+LAST_K = 5
+FRACTIONS = (0.80, 0.85, 0.90, 0.95)
+
+
+def final_accuracy(evals: Sequence[Mapping[str, Any]], k: int = LAST_K) -> float:
+    """Mean accuracy of the last ``k`` evaluations (NaN without any)."""
+    accs = [float(e["acc"]) for e in evals if "acc" in e]
+    return float(np.mean(accs[-k:])) if accs else float("nan")
+
+
+def time_to(evals: Sequence[Mapping[str, Any]], target: float) -> float | None:
+    """Training-clock time of the first evaluation at or above ``target``; None if never."""
+    for e in evals:
+        if float(e.get("acc", -1.0)) >= target:
+            return float(e["t"])
+    return None
+
+
+def plateau(final_by_controller: Mapping[str, Sequence[float]]) -> float:
+    """The static controller's median final accuracy, else the best controller's."""
+    if final_by_controller.get("static"):
+        return float(np.median(final_by_controller["static"]))
+    meds = [float(np.median(v)) for v in final_by_controller.values() if len(v)]
+    return max(meds) if meds else float("nan")
+
+
+def median_or_none(times: Iterable[float | None]) -> float | None:
+    """Median of the runs that reached; None when most did not (as ``bench.combine``)."""
+    ts = list(times)
+    reached = [t for t in ts if t is not None]
+    return float(np.median(reached)) if ts and 2 * len(reached) > len(ts) else None
+
+
+def targets_table(evals_by_controller: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
+                  fractions: Sequence[float] = FRACTIONS) -> dict[str, Any]:
+    """``{"plateau", "targets": [acc...], "fractions", "controllers": {NAME: {"final_accuracy_mean5",
+    "final_accuracy_runs", "time_to_target_s": [median per target], "runs": [[t per target] per run]}}}``."""
+    finals = {n: [final_accuracy(ev) for ev in runs if ev] for n, runs in evals_by_controller.items()}
+    top = plateau(finals)
+    targets = [round(f * top, 4) for f in fractions]
+    out: dict[str, Any] = {"plateau": top, "fractions": list(fractions), "targets": targets, "last_k": LAST_K,
+                           "controllers": {}}
+    for name, runs in evals_by_controller.items():
+        per_run = [[time_to(ev, t) for t in targets] for ev in runs if ev]
+        out["controllers"][name] = {
+            "final_accuracy_mean5": float(np.median(finals[name])) if finals[name] else float("nan"),
+            "final_accuracy_runs": finals[name],
+            "time_to_target_s": [median_or_none(r[j] for r in per_run) for j in range(len(targets))],
+            "runs": per_run,
+        }
+    return out
+
+
+def format_targets(tab: Mapping[str, Any]) -> str:
+    """Plain-text table: time to each target (x the better of static and proportional), final accuracy."""
+    ctl = tab["controllers"]
+    head = ["controller"] + [f"{f:.0%} ({t:.3f})" for f, t in zip(tab["fractions"], tab["targets"])] + ["final (mean5)"]
+    rows = [head]
+    base = [None] * len(tab["targets"])
+    for j in range(len(base)):
+        cands = [ctl[n]["time_to_target_s"][j] for n in ("static", "proportional") if n in ctl]
+        cands = [c for c in cands if c is not None]
+        base[j] = min(cands) if cands else None
+    for name, m in ctl.items():
+        cells = [name]
+        for j, t in enumerate(m["time_to_target_s"]):
+            if t is None:
+                cells.append("not reached")
+            else:
+                cells.append(f"{t:.1f} s" + (f" ({t / base[j]:.2f}x)" if base[j] else ""))
+        cells.append(f"{m['final_accuracy_mean5']:.3f}")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return (f"time to a fraction of the plateau {tab['plateau']:.3f} (static's median final accuracy, mean of the "
+            f"last {tab['last_k']} evaluations); (x) = vs the better of static and proportional\n" + "\n".join(lines))

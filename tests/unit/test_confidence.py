@@ -1,0 +1,192 @@
+"""Controllers that know the limits of their own measurements (issue 26) and the per-decision
+move limits of the safety layer (issue 24). Pure: no MPI."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dynamix_hvd.config import ConfigError, DynamixConfig
+from dynamix_hvd.controllers import make_controller
+from dynamix_hvd.controllers.model import ComputeModel, rel_uncertainty, split_evidence
+from dynamix_hvd.plan import Plan, PlanBounds, next_plan
+from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
+from dynamix_hvd.safety import MoveLimits, limit_proposal
+from dynamix_hvd.stats import NoiseScaleEstimator
+
+
+def _state(sizes, compute, se=None, phi=float("nan"), stable=False, rel=float("nan"), changed=None, comm=0.002):
+    se = se or [float("nan")] * len(sizes)
+    changed = changed or [0] * len(sizes)
+    step = max(compute) + comm
+    ws = [WorkerStats(rank=r, batch_size=b, max_batch=1024, steps=10, compute_s=c, step_s=step,
+                      comm_s=step - c, allreduce_p50_s=comm, compute_se_s=e, changed=ch)
+          for r, (b, c, e, ch) in enumerate(zip(sizes, compute, se, changed))]
+    return ClusterState(Plan(0, tuple(sizes)), ws,
+                        GlobalStats(noise_scale=phi, noise_scale_rel_err=rel, noise_scale_stable=stable))
+
+
+def _bounds(n, cap=1024, min_global=1):
+    return PlanBounds(max_batch=(cap,) * n, min_batch=1, deadband=0.0, min_global_batch=min_global)
+
+
+# ---------------------------------------------------------------- noise-scale confidence
+def test_noise_scale_is_stable_only_after_enough_consistent_updates():
+    est = NoiseScaleEstimator(beta=0.9)
+    rng = np.random.default_rng(0)
+    assert not est.stable and math.isnan(est.rel_err)
+    for _ in range(3):
+        est.update(100.0 * (1 + 0.01 * rng.standard_normal()), 1.0)
+    assert not est.stable            # fewer than min_updates
+    for _ in range(10):
+        est.update(100.0 * (1 + 0.01 * rng.standard_normal()), 1.0)
+    assert est.stable and est.rel_err < 0.05
+    noisy = NoiseScaleEstimator(beta=0.9)
+    for _ in range(20):              # per-interval estimates scattered by 200%: never stable
+        noisy.update(100.0 * (1 + 2.0 * rng.standard_normal()), 1.0 + 0.5 * rng.standard_normal())
+    assert not noisy.stable and noisy.rel_err > 0.25
+
+
+def test_noise_scale_confidence_survives_a_checkpoint():
+    est = NoiseScaleEstimator()
+    for v in (90.0, 110.0, 100.0, 105.0, 95.0):
+        est.update(v, 1.0)
+    back = NoiseScaleEstimator()
+    back.load_state_dict(est.state_dict())
+    assert back.rel_err == pytest.approx(est.rel_err) and back.stable == est.stable
+
+
+# ---------------------------------------------------------------- split evidence
+def test_steps_too_short_to_time_keep_the_split():
+    ev = split_evidence(np.array([0.0011, 0.0008]), np.array([0.01, 0.01]), min_compute_s=0.005, z_min=3)
+    assert not ev.act and "too short" in ev.reason
+
+
+def test_difference_within_noise_is_not_acted_on_but_a_large_one_is():
+    assert not split_evidence(np.array([0.05, 0.04]), np.array([0.15, 0.15]), 0.005, 3).act
+    ev = split_evidence(np.array([0.12, 0.03, 0.03, 0.03]), np.array([0.15] * 4), 0.005, 3)
+    assert ev.act and ev.slowest == 0
+
+
+def test_uncertainty_uses_the_prior_until_two_intervals_then_the_measured_scatter():
+    m = ComputeModel()
+    st = _state([32, 32], [0.050, 0.040])
+    m.add_state(st)
+    assert rel_uncertainty(m, st) == pytest.approx([0.15, 0.15])
+    for _ in range(3):
+        m.add_state(st)
+    u = rel_uncertainty(m, st)
+    assert (u < 0.05).all()          # four identical intervals: the scatter is measured small
+
+
+@pytest.mark.parametrize("name", ["proportional", "goodput"])
+def test_identical_ranks_with_timing_noise_keep_the_even_split(name):
+    """The quickstart: 1 ms steps whose ranks differ by 10-40% from scheduling noise."""
+    rng = np.random.default_rng(1)
+    ctl = make_controller(name, _bounds(2), 32)
+    plan, bounds = Plan.uniform(2, 32), _bounds(2)
+    for _ in range(30):
+        c = list(0.001 * (1 + 0.4 * rng.random(2)))
+        prop = ctl.decide(_state(list(plan.batch_sizes), c, se=[1e-5, 1e-5], phi=200, stable=False))
+        plan = next_plan(plan, prop, bounds, 0)
+        assert plan.batch_sizes == (32, 32), ctl.last_reason
+    assert "too short" in ctl.last_reason
+
+
+@pytest.mark.parametrize("name", ["proportional", "goodput"])
+def test_longer_identical_steps_with_interval_noise_keep_the_even_split(name):
+    """20 ms steps, each interval's means scattered by 15% per rank (correlated noise)."""
+    rng = np.random.default_rng(2)
+    ctl = make_controller(name, _bounds(4), 32)
+    plan, bounds = Plan.uniform(4, 32), _bounds(4)
+    for _ in range(40):
+        c = list(0.020 * (1 + 0.15 * rng.standard_normal(4)).clip(0.6))
+        plan = next_plan(plan, ctl.decide(_state(list(plan.batch_sizes), c, se=[2e-4] * 4)), bounds, 0)
+        assert max(abs(b - 32) for b in plan.batch_sizes) <= 3.2, (plan, ctl.last_reason)
+
+
+def test_a_real_straggler_is_still_split_away_at_the_first_decision():
+    ctl = make_controller("proportional", _bounds(4), 32)
+    st = _state([32] * 4, [0.035, 0.035, 0.035, 0.131], se=[3e-4] * 4)
+    new = ctl.decide(st)
+    assert new[3] < 16 and "rank 3" in ctl.last_reason
+
+
+def test_goodput_holds_the_global_batch_on_an_unstable_noise_scale():
+    ctl = make_controller("goodput", _bounds(2), 32)
+    sizes, c = [32, 32], [0.004 + 0.001 * 32] * 2
+    for _ in range(4):
+        prop = ctl.decide(_state(sizes, c, se=[1e-5] * 2, phi=5000, stable=False, rel=0.6, comm=0.1))
+        assert sum(prop) == pytest.approx(64)
+    assert "not stable" in ctl.last_reason
+    # a stable, large noise scale and a communication-bound step: a larger batch pays
+    prop = ctl.decide(_state(sizes, c, se=[1e-5] * 2, phi=5000, stable=True, rel=0.05, comm=0.1))
+    assert sum(prop) > 64, ctl.last_reason
+
+
+# ---------------------------------------------------------------- safety layer
+def test_limits_hold_the_global_batch_without_a_stable_noise_scale():
+    st = _state([32, 32], [0.03, 0.03], stable=False)
+    out, notes = limit_proposal(st, [64, 64], MoveLimits())
+    assert sum(out) == pytest.approx(64) and "not stable" in notes[0]
+
+
+def test_limits_bound_each_rank_and_the_global_batch_per_decision():
+    st = _state([41, 41, 41, 41], [0.03] * 4, stable=True, rel=0.05)
+    out, notes = limit_proposal(st, [330, 41, 41, 41], MoveLimits(max_rank_change=1.0, max_global_change=0.5))
+    assert max(out) <= 82 + 1e-6 and sum(out) <= 1.5 * 164 + 1e-6
+    assert any("per-rank" in n for n in notes)
+    out, _ = limit_proposal(st, [10, 90, 41, 23], MoveLimits(max_rank_change=1.0, max_global_change=0.5))
+    assert min(out) >= 20.5 - 1e-6
+
+
+def test_a_rank_that_measured_its_own_change_may_move_further():
+    st = _state([32] * 4, [0.03, 0.03, 0.12, 0.03], changed=[0, 0, 1, 0], stable=False)
+    out, _ = limit_proposal(st, [40, 40, 8, 40], MoveLimits())
+    assert out[2] == pytest.approx(8, abs=0.5) and sum(out) == pytest.approx(128)
+
+
+def test_limits_leave_a_proposal_within_them_unchanged():
+    st = _state([32, 32], [0.03, 0.03], stable=True, rel=0.05)
+    out, notes = limit_proposal(st, [40, 36], MoveLimits())
+    assert out == pytest.approx([40, 36]) and notes == []
+
+
+# ---------------------------------------------------------------- growth tied to the LR rule
+@pytest.mark.parametrize("rule,cap", [("none", 128), ("sqrt", 512), ("linear", 1024), ("adascale", None)])
+def test_global_batch_growth_is_tied_to_the_lr_rule(rule, cap):
+    assert DynamixConfig(lr_rule=rule).max_global_batch_for(4) == cap
+
+
+def test_explicit_growth_and_max_global_batch_combine():
+    cfg = DynamixConfig(lr_rule="none", max_batch_growth=2.0, max_global_batch=200)
+    assert cfg.max_global_batch_for(4) == 200
+    assert DynamixConfig(lr_rule="none", max_batch_growth=3).max_global_batch_for(2) == 192
+
+
+@pytest.mark.parametrize("field,value", [("max_batch_growth", 0.5), ("max_rank_change", 0), ("max_global_change", -1)])
+def test_move_limit_config_is_validated(field, value):
+    with pytest.raises(ConfigError, match=field):
+        DynamixConfig(**{field: value}).validate()
+
+
+@pytest.mark.parametrize("name", ["static", "proportional", "goodput", "ppo"])
+def test_every_controller_through_the_safety_layer_keeps_identical_ranks_even(name):
+    """The whole rank-0 path (controller, move limits, next_plan) on 4 identical ranks whose
+    interval means scatter by 15% and whose noise-scale estimate is noisy: every rank stays
+    within 10% of the even split and the global batch stays."""
+    rng = np.random.default_rng(3)
+    bounds = PlanBounds(max_batch=(256,) * 4, min_batch=1, deadband=0.05, min_global_batch=64)
+    ctl = make_controller(name, bounds, 32)
+    est = NoiseScaleEstimator()
+    plan = Plan.uniform(4, 32)
+    for _ in range(40):
+        est.update(200.0 * (1 + 1.5 * rng.standard_normal()), 1.0 + 0.8 * rng.standard_normal())
+        c = list(0.020 * (1 + 0.15 * rng.standard_normal(4)).clip(0.6))
+        st = _state(list(plan.batch_sizes), c, se=[2e-4] * 4, phi=est.noise_scale, stable=est.stable,
+                    rel=est.rel_err)
+        prop, _ = limit_proposal(st, ctl.decide(st), MoveLimits())
+        plan = next_plan(plan, prop, bounds, 0)
+        assert plan.global_batch == 128 and max(abs(b - 32) for b in plan.batch_sizes) <= 3.2, \
+            (plan, ctl.last_reason)
