@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from dynamix_hvd.plan import Plan
+from dynamix_hvd.wire import decode_plan, encode_plan, plan_buffer
 
 
 class Comm:
@@ -33,13 +34,12 @@ class Comm:
 
     def bcast_plan(self, plan: Plan | None) -> Plan:
         """Rank 0 passes the plan, the others None; every rank returns rank 0's plan."""
-        buf = np.empty(3 + self.size, dtype=np.int64)
+        buf = plan_buffer(self.size)
         if self.rank == 0:
             assert plan is not None and plan.world_size == self.size
-            buf[:3] = (plan.version, plan.start_step, plan.world_size)
-            buf[3:] = plan.batch_sizes
+            encode_plan(plan, buf)
         self.comm.Bcast(buf, root=0)
-        return Plan(int(buf[0]), tuple(int(b) for b in buf[3:]), int(buf[1]))
+        return decode_plan(buf)
 
     def bcast_object(self, obj: Any) -> Any:
         return self.comm.bcast(obj, root=0)
@@ -94,14 +94,13 @@ class HorovodComm:
     def bcast_plan(self, plan: Plan | None) -> Plan:
         import torch
 
-        buf = torch.zeros(3 + self.size, dtype=torch.int64)
+        buf = plan_buffer(self.size)
+        buf[:] = 0
         if self.rank == 0:
             assert plan is not None and plan.world_size == self.size
-            buf[:3] = torch.tensor([plan.version, plan.start_step, plan.world_size])
-            buf[3:] = torch.tensor(plan.batch_sizes)
-        buf = self.hvd.broadcast(buf, root_rank=0, name="dynamix.plan")
-        v = buf.tolist()
-        return Plan(int(v[0]), tuple(int(b) for b in v[3:]), int(v[1]))
+            encode_plan(plan, buf)
+        out = self.hvd.broadcast(torch.from_numpy(buf), root_rank=0, name="dynamix.plan")
+        return decode_plan(out.tolist())
 
     def bcast_object(self, obj: Any) -> Any:
         return self.hvd.broadcast_object(obj, root_rank=0, name="dynamix.object")

@@ -573,10 +573,10 @@ class Dynamix:
         if math.isfinite(slowdown):
             record["cluster_slowdown"] = slowdown
         revert_B = math.nan
-        if self.controller.name == "ppo" and self._guard.observe(goodput, self._changed_last, slowdown,
+        if self.controller.guarded and self._guard.observe(goodput, self._changed_last, slowdown,
                                                                  float(current.global_batch)):
             self._fall_back(record, f"goodput fell more than {self.config.guard_drop:.0%} for "
-                                    f"{self.config.guard_patience} intervals after PPO decisions")
+                                    f"{self.config.guard_patience} intervals after {self.controller.name} decisions")
             # undo the decisions that lost the goodput: the fallback starts from the global batch the
             # guard's reference level was measured at (the fallback keeps the global batch it is given)
             revert_B = self._guard.baseline_B

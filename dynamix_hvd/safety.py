@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -70,7 +71,7 @@ class GoodputGuard:
     patience: int = 2
     baseline: float = float("nan")
     bad: int = 0
-    history: list[float] = field(default_factory=list)
+    history: deque = field(default_factory=lambda: deque(maxlen=64))   # recent levels (bounded)
 
     external: int = 0            # drops not blamed on the controller (cluster or unchanged plan)
     baseline_B: float = float("nan")   # the global batch the reference level was measured at

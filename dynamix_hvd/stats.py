@@ -83,8 +83,10 @@ class NoiseScaleEstimator:
         if self.updates < 2 or not (self.g2_ema > 0 and self.s_ema > 0):
             return NAN
         n_eff = min(float(self.updates), (1.0 + self.beta) / max(1.0 - self.beta, 1e-9))
-        rs = math.sqrt(max(self.s_var, 0.0) / n_eff) / self.s_ema
-        rg = math.sqrt(max(self.g2_var, 0.0) / n_eff) / self.g2_ema
+        # the EMA variance starts from 0: de-bias it (1 - beta^(n-1) of its weight is filled)
+        fill = max(1.0 - self.beta ** (self.updates - 1), 1e-9)
+        rs = math.sqrt(max(self.s_var, 0.0) / fill / n_eff) / self.s_ema
+        rg = math.sqrt(max(self.g2_var, 0.0) / fill / n_eff) / self.g2_ema
         return math.sqrt(rs * rs + rg * rg)
 
     @property

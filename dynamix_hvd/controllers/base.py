@@ -20,6 +20,10 @@ class Controller(abc.ABC):
     # True for a controller that reads the truth instead of measuring (the bench's oracle): the
     # safety layer's limits on what measurements can justify (safety.limit_proposal) do not apply
     exact: bool = False
+    # True for a controller that changes the global batch on its own model (goodput, ppo): the
+    # goodput guard (safety.GoodputGuard) falls back to the simple controller when measured goodput
+    # stays below the level before its decisions
+    guarded: bool = False
     # one line on why the last decision proposed what it did (decision log, progress output)
     last_reason: str | None = None
 

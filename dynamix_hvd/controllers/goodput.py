@@ -35,6 +35,7 @@ def _finite_median(xs: Sequence[float]) -> float:
 
 class GoodputController(Controller):
     name = "goodput"
+    guarded = True
 
     def __init__(self, bounds: PlanBounds, base_batch: int, history: int = 16, switch_gain: float = 0.03,
                  scales: Sequence[float] = SCALES, min_compute_s: float = MIN_COMPUTE_S, z_min: float = Z_MIN) -> None:

@@ -74,6 +74,7 @@ def _load_uncached(p: Path, is_default: bool):
 
 class PPOController(Controller):
     name = "ppo"
+    guarded = True
 
     def __init__(self, bounds: PlanBounds, base_batch: int, policy: str | os.PathLike | None = None,
                  deterministic: bool = True, seed: int = 0, finetune: bool = False, finetune_steps: int = 32,
@@ -210,7 +211,9 @@ class PPOController(Controller):
 
     def state_dict(self) -> dict[str, Any]:
         d = {"target_B": self.target_B, "last_global": self.last_global,
-             "last_levels": None if self.last_levels is None else self.last_levels.tolist()}
+             "last_levels": None if self.last_levels is None else self.last_levels.tolist(),
+             # the goodput model the anchor fitted (before: never written, so a resumed job lost it)
+             "anchor": None if self.anchor is None else self.anchor.state_dict()}
         if self.finetuner is not None:
             d["finetune"] = self.finetuner.state_dict()
             d["prev_sizes"] = self._prev_sizes

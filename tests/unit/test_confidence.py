@@ -190,3 +190,23 @@ def test_every_controller_through_the_safety_layer_keeps_identical_ranks_even(na
         plan = next_plan(plan, prop, bounds, 0)
         assert plan.global_batch == 128 and max(abs(b - 32) for b in plan.batch_sizes) <= 3.2, \
             (plan, ctl.last_reason)
+
+
+def test_ppo_checkpoint_keeps_the_anchor_model():
+    bounds = PlanBounds(max_batch=(256,) * 2, min_batch=1, deadband=0.0)
+    ppo = make_controller("ppo", bounds, 32)
+    for c in (0.03, 0.031, 0.029):
+        ppo.decide(_state([32, 32], [c, 2 * c], se=[1e-4] * 2))
+    sd = ppo.state_dict()
+    assert sd["anchor"] and sd["anchor"]["model"]["obs"]
+    fresh = make_controller("ppo", bounds, 32)
+    fresh.load_state_dict(sd)
+    assert fresh.anchor.model.state_dict()["obs"] == ppo.anchor.model.state_dict()["obs"]
+
+
+def test_goodput_guard_history_is_bounded():
+    from dynamix_hvd.safety import GoodputGuard
+    g = GoodputGuard()
+    for i in range(10_000):
+        g.observe(100.0 + i % 3, False)
+    assert len(g.history) <= 64
