@@ -1,0 +1,62 @@
+"""Wire formats of the hook, in one place: the per-rank row gathered to rank 0 at a decision,
+the plan broadcast back, and the per-step flag vector that rides beside Horovod's gradient
+allreduce. Pure numpy; the transports are in comm.py (decision) and apply.py (flags).
+
+Row:   WorkerStats.to_array()  ++  [sum_t T_t c_i,t]     (float64, same length on every rank)
+       c_i,t = (n_i/T_t)|g_i,t|^2 on the steps whose gradient statistics were sampled
+Plan:  [version, start_step, world_size, b_0, ..., b_{N-1}]   (int64)
+Flags: [oom batch of rank 0..N-1, early-decision flag of rank 0..N-1]   (float32, summed: each
+       rank writes only its own slots, so the sum is everyone's values)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from dynamix_hvd.plan import Plan
+from dynamix_hvd.records import WorkerStats
+
+N_EXTRA = 1  # gradient-statistics sums appended to the WorkerStats row
+
+
+def encode_row(ws: WorkerStats, gns_sum: float) -> np.ndarray:
+    return np.concatenate([ws.to_array(), [float(gns_sum)]])
+
+
+def decode_rows(rows: np.ndarray) -> tuple[list[WorkerStats], np.ndarray]:
+    """Gathered rows (N, len) -> (WorkerStats per rank, extras (N, N_EXTRA))."""
+    return [WorkerStats.from_array(r[:-N_EXTRA]) for r in rows], rows[:, -N_EXTRA:]
+
+
+def plan_buffer(world: int) -> np.ndarray:
+    return np.empty(3 + world, dtype=np.int64)
+
+
+def encode_plan(plan: Plan, buf: np.ndarray) -> np.ndarray:
+    buf[:3] = (plan.version, plan.start_step, plan.world_size)
+    buf[3:] = plan.batch_sizes
+    return buf
+
+
+def decode_plan(buf: np.ndarray | list[int]) -> Plan:
+    v = [int(x) for x in buf]
+    if v[2] != len(v) - 3:
+        raise ValueError(f"plan message for {v[2]} ranks carries {len(v) - 3} batch sizes")
+    return Plan(v[0], tuple(v[3:]), v[1])
+
+
+def flag_slots(world: int) -> int:
+    return 2 * world
+
+
+def set_flags(buf: np.ndarray, rank: int, world: int, oom_batch: int, react: int) -> None:
+    """Write this rank's slots into a zeroed flag buffer (numpy view of the flag tensor)."""
+    buf[:] = 0.0
+    buf[rank] = float(oom_batch)
+    buf[world + rank] = float(react)
+
+
+def read_flags(buf: np.ndarray, world: int) -> tuple[np.ndarray, list[int] | None]:
+    """(oom batch per rank, ranks that flagged an early decision or None) from the summed buffer."""
+    oom = np.rint(buf[:world]).astype(np.int64)
+    react = np.flatnonzero(buf[world:2 * world] > 0.5)
+    return oom, (react.tolist() if react.size else None)
