@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval-policy": ("dynamix_hvd.agent.evaluate", "evaluate controllers and the policy in the simulator"),
     "report": ("dynamix_hvd.report", "write a PNG report of a run directory"),
     "demo": ("dynamix_hvd.demo", "the main job: a small multi-rank training run"),
+    "replay": ("dynamix_hvd.replay.runner", "controllers and a hindsight oracle on measured workload and straggler traces"),
 }
 
 

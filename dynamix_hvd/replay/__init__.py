@@ -1,0 +1,1 @@
+"""Replay simulator of measured workloads and stragglers (docs/replay.md), hindsight oracle, runner."""

@@ -1,0 +1,113 @@
+"""The hindsight oracle: the best schedule of global batch and split it can find, knowing the truth.
+
+It runs in the same world as the controllers (same seed: same hardware factors and fluctuation
+series) but sees the true per-step speeds of the coming interval and the true progress curves.
+At every decision interval:
+
+1. candidates: ~24 global batches log-spaced over the bounds' [min, max] global batch, plus the
+   static plan's B0, the measured batches inside the bounds and the bounds themselves;
+2. for each candidate, the split that equalises the ranks' true times over the interval (exact
+   water filling on the measured time curves, ``throughput.equal_time_totals``) and its step time;
+3. score: if some candidates reach the target inside the interval, the least time to reach it;
+   otherwise the most progress per second (metric-level progress from the true curves);
+4. the 3 best by this estimate are run exactly (integer split, true per-step speeds) and the best
+   actual one is committed.
+
+This is a greedy (one-interval lookahead) search: with speeds that do not change it is the
+pointwise fastest rate of progress at every point of the curve, hence a lower bound on time to
+target for any schedule on its candidate grid; with changing speeds it is the best rate at every
+interval. ``tests/unit/test_replay_oracle.py`` checks that it is never slower than any controller.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dynamix_hvd.replay.progress import ProgressModel
+from dynamix_hvd.replay.sim import ReplaySim
+from dynamix_hvd.replay.throughput import equal_time_totals
+
+N_GRID = 24
+N_EXACT = 3
+
+
+def candidate_batches(sim: ReplaySim, n_grid: int = N_GRID) -> np.ndarray:
+    bnd = sim.bounds()
+    lo, hi = int(bnd.min_global_batch), int(bnd.max_global_batch)
+    grid = np.round(np.geomspace(lo, hi, n_grid)) if hi > lo else np.array([lo])
+    meas = [b for b in sim.pm.batches if lo <= b <= hi]
+    return np.unique(np.concatenate([grid, meas, [lo, hi, sim.B0]]).astype(np.int64))
+
+
+def integer_split(sim: ReplaySim, h: np.ndarray, B: int, cont: np.ndarray) -> np.ndarray:
+    """Integer local batches summing to B near the continuous split, extra samples to the ranks
+    whose time grows least."""
+    cap = sim.tp.cap
+    b = np.clip(np.floor(cont + 1e-9).astype(np.int64), 1, cap)
+    rem = int(B - b.sum())
+    while abs(rem) >= b.size:      # bulk: spread whole rounds over the ranks with room
+        room = b < cap if rem > 0 else b > 1
+        if not room.any():
+            break
+        q = abs(rem) // int(room.sum())
+        if q == 0:
+            break
+        new = np.clip(b + np.where(room, q if rem > 0 else -q, 0), 1, cap)
+        rem -= int(new.sum() - b.sum())
+        b = new
+    while rem != 0:
+        if rem > 0:
+            cand = b + 1
+            ok = cand <= cap
+            t = np.where(ok, sim.tp.rank_times(h, np.minimum(cand, cap)), np.inf)
+            k = min(rem, int(ok.sum()))
+            pick = np.argpartition(t, k - 1)[:k] if k < t.size else np.arange(t.size)
+            b[pick] += 1
+            rem -= k
+        else:
+            ok = b > 1
+            t = np.where(ok, sim.tp.rank_times(h, b), -np.inf)
+            k = min(-rem, int(ok.sum()))
+            pick = np.argpartition(-t, k - 1)[:k] if k < t.size else np.arange(t.size)
+            b[pick] -= 1
+            rem += k
+    return b
+
+
+def _score(reached: np.ndarray, t_finish: np.ndarray, rate: np.ndarray) -> np.ndarray:
+    """Higher is better: reaching the target (sooner better) beats any rate of progress."""
+    return np.where(reached, 1e12 - t_finish, rate)
+
+
+def run_hindsight(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> dict[str, Any]:
+    """Run the oracle on ``seed``; returns time to target (None if not reached) and its schedule."""
+    sim.reset(seed)
+    cands = candidate_batches(sim)
+    cumC = sim.pm.cum_for(cands.astype(float))
+    K = sim.interval_steps
+    schedule: list[int] = []
+    while not sim.done and sim.decisions < max_decisions:
+        lengths, F = sim.fluct.chunks(sim.t, K)
+        h = sim.hw * (lengths @ F) / lengths.sum()
+        U = sim.tp.envelope(h)
+        T, cont = equal_time_totals(U, sim.tp.grid, cands)
+        s_now = ProgressModel.position(sim.P, cumC)
+        with np.errstate(invalid="ignore"):
+            need = np.ceil((cumC[:, -1] - s_now) / cands - 1e-9)
+        reach = np.isfinite(need) & (need <= K)
+        steps = np.where(reach, np.maximum(need, 1), K)
+        newP = ProgressModel.advance(sim.P, cumC, K * cands)
+        est = _score(reach, steps * T, (newP - sim.P) / (K * T))
+        best_iv, best_b, best_s = None, None, -math.inf
+        for m in np.argsort(-est)[:N_EXACT]:
+            b = integer_split(sim, h, int(cands[m]), cont[m])
+            iv = sim.run_interval(b)
+            s = float(_score(np.array(iv.reached), np.array(iv.elapsed), np.array((iv.new_progress - sim.P) / iv.elapsed)))
+            if s > best_s:
+                best_iv, best_b, best_s = iv, b, s
+        sim.commit(best_iv)
+        schedule.append(int(best_b.sum()))
+    return {"time_to_target_s": sim.time if sim.reached else None, "schedule": schedule,
+            "decisions": sim.decisions}

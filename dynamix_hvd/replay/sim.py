@@ -1,0 +1,191 @@
+"""The replay simulator: a data-parallel job whose physics and statistics are measurements.
+
+One ``step(sizes)`` = one decision interval of ``interval_steps`` optimizer steps (fewer when the
+target is reached inside it) at per-rank local batches ``sizes``:
+
+* progress: ``ProgressModel`` (measured validation curves, ``replay/progress.py``);
+* step time: ``max_i tau_i(b_i)`` per step (``replay/throughput.py``), rank i's speed multiplier =
+  hardware factor x fluctuation of that step (``replay/speeds.py``);
+* what the controllers see (``cluster_state``: the live hook's ``ClusterState``): per-rank mean
+  compute, step, wait + allreduce and allreduce times with lognormal measurement noise (sigma =
+  the spread of repeated measurements at the same local batch in the throughput tables), a
+  noise-scale estimate = the true ``unit_batch x grad_var / grad_sqr`` at the current progress
+  and batch times ``exp(sigma_gns z)`` (estimator noise from the traces' epoch-to-epoch scatter),
+  and a loss proxy (the traces hold no training loss: the gap of the current metric to the best
+  measured one, normalised, with its relative change per interval as loss and val-loss trend).
+  Never the true curves, speeds or the time to target. NIC, CPU, GPU and memory metrics are not
+  in the traces and are NaN ("no data");
+* memory: every rank's cap is the largest measured local batch (``bounds().max_batch``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from dynamix_hvd.plan import Plan, PlanBounds
+from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
+from dynamix_hvd.replay.progress import ProgressModel
+from dynamix_hvd.replay.speeds import Fluctuation, SpeedTrace, cycle_speeds, draw_hardware
+from dynamix_hvd.replay.throughput import ThroughputModel
+from dynamix_hvd.state import RAW_WORKER_FIELDS
+
+TARGET_DECISIONS = 300      # auto interval: about this many decisions for the static plan's run
+
+
+def default_base_batch(progress: ProgressModel, tp: ThroughputModel, n: int) -> int:
+    """Per-rank batch of the static plan: the smallest measured local batch, raised so that the
+    global batch is at least the smallest measured global batch, within the memory cap and (where
+    possible) not above the largest measured global batch."""
+    b = max(int(tp.grid[1]) if tp.grid.size > 1 else 1, math.ceil(progress.batches[0] / n))
+    b = min(b, tp.cap, max(1, int(progress.batches[-1] // n)))
+    return max(1, b)
+
+
+@dataclass
+class Interval:
+    """Result of running one interval (pure: nothing committed)."""
+
+    steps: int
+    elapsed: float
+    new_progress: float
+    reached: bool
+    tau: np.ndarray        # (C, N) per-chunk rank times
+    lengths: np.ndarray    # (C,)
+    step_mean: float
+
+
+class ReplaySim:
+    def __init__(self, progress: ProgressModel, tp: ThroughputModel, trace: SpeedTrace, n: int,
+                 speeds: Sequence[float] | None = None, interval_steps: int | None = None,
+                 base_batch: int | None = None, budget_factor: float = 20.0, deadband: float = 0.05) -> None:
+        self.pm, self.tp, self.trace, self.n = progress, tp, trace, int(n)
+        self.fixed_speeds = None if speeds is None else cycle_speeds(speeds, self.n)
+        self.base_batch = int(base_batch) if base_batch else default_base_batch(progress, tp, self.n)
+        if not 1 <= self.base_batch <= tp.cap:
+            raise ValueError(f"base_batch={self.base_batch}: must be in 1..{tp.cap} (the memory cap)")
+        self.B0 = self.base_batch * self.n
+        self._cum: dict[int, np.ndarray] = {}
+        self._cum_list: dict[int, list[float]] = {}
+        K = progress.n_levels
+        s0 = float(self.cum(self.B0)[K])
+        self.static_steps = math.ceil(s0 / self.B0) if math.isfinite(s0) else 10 * TARGET_DECISIONS
+        self.interval_steps = int(interval_steps) if interval_steps else max(10, math.ceil(self.static_steps / TARGET_DECISIONS))
+        self.budget_factor, self.deadband = float(budget_factor), float(deadband)
+        self.K = K
+
+    # ------------------------------------------------------------------ setup
+    def cum(self, B: int) -> np.ndarray:
+        c = self._cum.get(B)
+        if c is None:
+            c = self._cum[B] = self.pm.cum_for(float(B))[0]
+            self._cum_list[B] = [float(x) for x in c]
+        return c
+
+    def _position(self, P: float, cum: np.ndarray) -> float:
+        k = min(int(P), self.K - 1)
+        f = P - k
+        c0, c1 = float(cum[k]), float(cum[k + 1])
+        return c0 + f * (c1 - c0) if f > 0 else c0
+
+    def bounds(self) -> PlanBounds:
+        n, cap = self.n, self.tp.cap
+        hi = max(self.B0, min(n * cap, int(self.pm.batches[-1])))
+        return PlanBounds(max_batch=(cap,) * n, min_batch=1, quantum=1, max_global_batch=hi,
+                          min_global_batch=max(n, self.B0 // 2), deadband=self.deadband)
+
+    def reset(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.hw = self.fixed_speeds.copy() if self.fixed_speeds is not None else draw_hardware(self.n, rng)
+        self.fluct = Fluctuation(self.trace, self.n, rng)
+        self.noise = np.random.default_rng([seed, 7])
+        self.P, self.t, self.time, self.decisions = 0.0, 0, 0.0, 0
+        self.reached = False
+        b0 = np.full(self.n, self.base_batch)
+        step0 = float(self.tp.rank_times(self.hw, b0).max())
+        self.budget_s = self.budget_factor * self.static_steps * step0
+        self._gap = self._gap_at(0.0)
+        self._phi_obs = math.nan
+
+    @property
+    def done(self) -> bool:
+        return self.reached or self.time >= self.budget_s
+
+    # ------------------------------------------------------------------ physics
+    def run_interval(self, sizes: Sequence[int] | np.ndarray, P: float | None = None, t: int | None = None) -> Interval:
+        """Run one interval from progress P at step t (default: the current ones), without committing."""
+        b = np.asarray(sizes, dtype=np.int64)
+        if b.shape != (self.n,) or b.min() < 1 or b.max() > self.tp.cap:
+            raise ValueError(f"sizes {b.tolist()}: need {self.n} local batches in 1..{self.tp.cap}")
+        P = self.P if P is None else P
+        t = self.t if t is None else t
+        B = int(b.sum())
+        cum = self.cum(B)
+        s_now = self._position(P, cum)
+        need = (cum[-1] - s_now) / B
+        steps_needed = math.ceil(need - 1e-9) if math.isfinite(need) else math.inf
+        steps = int(min(self.interval_steps, max(1, steps_needed)))
+        reached = steps_needed <= self.interval_steps
+        lengths, F = self.fluct.chunks(t, steps)
+        tau = self.tp.rank_times(F * self.hw, b)
+        elapsed = float(lengths @ tau.max(axis=1))
+        newP = float(self.K) if reached else ProgressModel.advance1(P, self._cum_list[B], steps * B)
+        return Interval(steps, elapsed, newP, reached, tau, lengths, elapsed / steps)
+
+    def step(self, sizes: Sequence[int] | np.ndarray) -> dict[str, Any]:
+        """Run and commit one interval; returns the raw per-rank measurements and the job stats."""
+        b = np.asarray(sizes, dtype=np.int64)
+        iv = self.run_interval(b)
+        self.commit(iv)
+        return self.observe(b, iv)
+
+    def commit(self, iv: Interval) -> None:
+        """Make an interval returned by ``run_interval`` (from the current state) happen."""
+        self.P, self.t, self.time = iv.new_progress, self.t + iv.steps, self.time + iv.elapsed
+        self.reached = iv.reached
+        self.decisions += 1
+
+    def observe(self, b: np.ndarray, iv: Interval) -> dict[str, Any]:
+        n = self.n
+        z = self.noise.standard_normal(3 * n + 4)
+        sig = self.tp.timing_sigma
+        sync = self.tp.sync_at(b)
+        mult = np.exp(sig * z[:3 * n])
+        compute = (iv.lengths @ iv.tau) / iv.steps - sync
+        raw = np.full((n, len(RAW_WORKER_FIELDS)), NAN)
+        raw[:, 0], raw[:, 1] = b, self.tp.cap
+        raw[:, 2] = np.maximum(compute, 1e-9) * mult[:n]
+        raw[:, 3] = iv.step_mean * mult[n:2 * n]
+        raw[:, 4] = np.maximum(raw[:, 3] - raw[:, 2], 0.0)
+        raw[:, 5] = sync * mult[2 * n:]
+        B = float(b.sum())
+        phi = self.pm.noise_scale(self.P, B) * math.exp(self.pm.gns_sigma * z[-1])
+        gap = self._gap_at(self.P)
+        trend = gap / self._gap - 1.0 if self._gap > 0 else 0.0
+        gv = phi / self._phi_obs - 1.0 if math.isfinite(self._phi_obs) else 0.0
+        self._gap, self._phi_obs = gap, phi
+        return {"raw": raw, "noise_scale": phi, "loss": gap, "loss_trend": trend + 0.005 * z[-2],
+                "val_loss_trend": trend + 0.005 * z[-3], "grad_var_trend": gv, "progress": self.P / self.K,
+                "samples_per_s": B * iv.steps / iv.elapsed, "steps": iv.steps, "elapsed": iv.elapsed,
+                "global_batch": B}
+
+    def _gap_at(self, P: float) -> float:
+        pm = self.pm
+        span = abs(pm.best - pm.start)
+        return abs(pm.best - pm.metric_at(P)) / span if span > 0 else 0.0
+
+    # ------------------------------------------------------------------ records
+    def cluster_state(self, plan: Plan, out: Mapping[str, Any], last_action: np.ndarray | None = None) -> ClusterState:
+        raw = out["raw"]
+        workers = []
+        for r in range(raw.shape[0]):
+            row = raw[r]
+            workers.append(WorkerStats(rank=r, batch_size=int(row[0]), max_batch=int(row[1]), steps=int(out["steps"]),
+                                       compute_s=float(row[2]), step_s=float(row[3]), comm_s=float(row[4]),
+                                       allreduce_p50_s=float(row[5]), loss=float(out["loss"])))
+        glob = GlobalStats(step=self.t, progress=out["progress"], noise_scale=out["noise_scale"], loss=out["loss"],
+                           loss_trend=out["loss_trend"], grad_var_trend=out["grad_var_trend"], val_loss=NAN,
+                           val_loss_trend=out["val_loss_trend"], samples_per_s=out["samples_per_s"])
+        return ClusterState(plan=plan, workers=workers, glob=glob, last_action=last_action)

@@ -1,0 +1,107 @@
+"""Per-rank speed multipliers: hardware factor x fluctuation replayed from a measured trace.
+
+Hardware (``draw_hardware``, default when ``--speeds`` is not given): per seed, 1-3 GPU
+generations; the fastest has factor 1, the others factors log-uniform in [1, 4]; each rank is
+on a generation drawn uniformly. A factor multiplies the rank's compute time (4 = 4x slower).
+``--speeds 1,1,2,4`` fixes the factors (cycled over the ranks when the list is shorter than N).
+
+Fluctuation (``Fluctuation``), a multiplier on each rank's compute time per training step:
+* ``none``: 1;
+* a PAI per-worker file: each worker's mini-batch time divided by the job-wide median (so the
+  measured stable imbalance between workers and their stragglers are kept; ``norm="worker"``
+  divides by each worker's own median instead). Rank r replays worker ``r mod W``; one trace
+  sample holds for ``stride`` steps (the file's sampling interval, 10 iterations); the series
+  starts at a per-seed random sample, ranks that share a worker (N > W) are shifted by
+  ``T / ceil(N / W)`` samples from each other, and the series wraps around at its end;
+* ``cov:FILE`` (the CoV table): per seed one job row is drawn; at sample k its coefficient of
+  variation c_k sets ``sigma_k = sqrt(log(1 + c_k^2))`` and rank r's multiplier is
+  ``exp(sigma_k z_r - sigma_k^2 / 2)`` with z_r ~ N(0, 1) drawn once per seed (the same ranks stay
+  the stragglers, the spread follows the job's measured CoV). One CoV column holds for 10 steps
+  (the per-worker files' sampling; the table does not say), starting at a random column, wrapping.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dynamix_hvd.traces.pai import PaiJob, load_cov, load_pai_job
+
+COV_STRIDE = 10
+
+
+def draw_hardware(n: int, rng: np.random.Generator) -> np.ndarray:
+    g = int(rng.integers(1, 4))
+    gens = np.concatenate([[1.0], np.exp(rng.uniform(0.0, math.log(4.0), g - 1))])
+    return gens[rng.integers(0, g, n)]
+
+
+def cycle_speeds(speeds: Sequence[float], n: int) -> np.ndarray:
+    s = np.asarray([float(x) for x in speeds], dtype=float)
+    if s.size == 0 or not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError(f"speeds {list(speeds)}: need one or more positive factors")
+    return s[np.arange(n) % s.size]
+
+
+@dataclass
+class SpeedTrace:
+    """A loaded fluctuation source (shared across seeds)."""
+
+    kind: str                         # "none", "pai", "cov"
+    label: str
+    series: np.ndarray | None = None  # pai: (T, W) relative times
+    cov: list[np.ndarray] | None = None
+    stride: int = 1
+
+
+def load_speed_trace(spec: str, norm: str = "job") -> SpeedTrace:
+    """``none``, a PAI per-worker CSV, or ``cov:FILE`` (the CoV table)."""
+    if spec.lower() == "none":
+        return SpeedTrace("none", "none")
+    if spec.startswith("cov:"):
+        path = spec[4:]
+        return SpeedTrace("cov", f"cov:{path}", cov=load_cov(path), stride=COV_STRIDE)
+    job: PaiJob = load_pai_job(spec)
+    return SpeedTrace("pai", spec, series=job.normalised(norm), stride=job.stride)
+
+
+class Fluctuation:
+    """One seed's realisation: multipliers for any range of steps, in chunks of constant value."""
+
+    def __init__(self, trace: SpeedTrace, n: int, rng: np.random.Generator) -> None:
+        self.trace, self.n = trace, n
+        self.stride = max(1, int(trace.stride))
+        if trace.kind == "pai":
+            T, W = trace.series.shape
+            reps = math.ceil(n / W)
+            self.cols = np.arange(n) % W
+            self.off = int(rng.integers(T)) + (np.arange(n) // W) * (T // reps)
+            self.T = T
+        elif trace.kind == "cov":
+            c = trace.cov[int(rng.integers(len(trace.cov)))]
+            self.sig = np.sqrt(np.log1p(c * c))
+            self.T = c.size
+            self.off0 = int(rng.integers(self.T))
+            self.z = rng.standard_normal(n)
+
+    def rows(self, k: np.ndarray) -> np.ndarray:
+        """(len(k), N) multipliers of trace samples k (sample index = step // stride)."""
+        if self.trace.kind == "none":
+            return np.ones((k.size, self.n))
+        if self.trace.kind == "pai":
+            return self.trace.series[(k[:, None] + self.off[None, :]) % self.T, self.cols[None, :]]
+        s = self.sig[(k + self.off0) % self.T][:, None]
+        return np.exp(s * self.z[None, :] - 0.5 * s * s)
+
+    def chunks(self, step0: int, nsteps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(lengths (C,), multipliers (C, N)) for steps step0 .. step0 + nsteps - 1."""
+        if self.trace.kind == "none":
+            return np.array([float(nsteps)]), np.ones((1, self.n))
+        st = self.stride
+        k0, k1 = step0 // st, (step0 + nsteps - 1) // st
+        k = np.arange(k0, k1 + 1)
+        starts = np.maximum(k * st, step0)
+        ends = np.minimum((k + 1) * st, step0 + nsteps)
+        return (ends - starts).astype(float), self.rows(k)
