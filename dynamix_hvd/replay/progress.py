@@ -125,7 +125,8 @@ class ProgressModel:
             lo_i = hi_i = np.zeros(Bv.size, dtype=int)
             w = np.zeros(Bv.size)
         else:
-            d = L[-1] - L[-2]
+            with np.errstate(invalid="ignore"):
+                d = L[-1] - L[-2]
             slope = np.clip(np.where(np.isfinite(d), d / (lb[-1] - lb[-2]), 1.0), 0.0, 1.0)
             hi_i = np.clip(np.searchsorted(lb, x, side="left"), 1, C - 1)
             lo_i = hi_i - 1

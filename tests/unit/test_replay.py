@@ -1,0 +1,198 @@
+"""Replay simulator: fidelity to the measurements, progress composition, throughput, speeds, CLI."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynamix_hvd.cli import main as cli_main
+from dynamix_hvd.replay.progress import ProgressModel, build_progress
+from dynamix_hvd.replay.runner import make_world, run_controller
+from dynamix_hvd.replay.sim import ReplaySim
+from dynamix_hvd.replay.speeds import Fluctuation, load_speed_trace
+from dynamix_hvd.replay.throughput import build_throughput
+from dynamix_hvd.traces import load_pollux, shipped_pai, shipped_workload, shipped_workloads
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _iterations_to_target(path: Path, batch: int, target: float, start: float, inc: bool) -> float:
+    """Independent of the library: walk the measured curve (best so far, linear between epochs,
+    (0, start) before the first epoch) to the first crossing of the target."""
+    sgn = 1.0 if inc else -1.0
+    prev_it, prev_m, best = 0.0, sgn * start, sgn * start
+    for r in _rows(path):
+        it, m = float(r["iteration"]), max(best, sgn * float(r["metric"]))
+        if m >= sgn * target:
+            return prev_it + (sgn * target - prev_m) / (m - prev_m) * (it - prev_it) if m > prev_m else it
+        prev_it, prev_m, best = it, m, m
+    return math.inf
+
+
+def _measured_step(d: Path, n: int, b: int) -> float | None:
+    """Median step time of the most-spread placement of n replicas at local batch b, from the CSVs."""
+    rows = [(len(r["placement"]), float(r["step_time"])) for r in _rows(d / "placements.csv")
+            if sum(map(int, r["placement"])) == n and int(r["local_bsz"]) == b]
+    rows += [(int(r["num_nodes"]), float(r["step_time"])) for r in _rows(d / "scalability.csv")
+             if int(r["num_replicas"]) == n and int(r["local_bsz"]) == b]
+    if not rows:
+        return None
+    most = max(k for k, _ in rows)
+    return float(np.median([t for k, t in rows if k == most]))
+
+
+@pytest.mark.parametrize("workload", ["bert", "cifar10", "deepspeech2", "ncf"])
+def test_fidelity_homogeneous_static(workload):
+    """Homogeneous job at a measured global batch, no fluctuation, static plan: time to target =
+    iterations_to_target x measured step time within 2%, for every measured B that some measured
+    (N, B/N) placement realises (at least one per workload)."""
+    d = shipped_workload(workload)
+    pm = build_progress(load_pollux(d))
+    checked = 0
+    for f in sorted(d.glob("validation-*.csv")):
+        B = int(f.stem.split("-")[1])
+        for n in (2, 4, 8, 16):
+            if B % n or B // n < 1:
+                continue
+            step = _measured_step(d, n, B // n)
+            if step is None:
+                continue
+            world = make_world(str(d), "none", n, speeds=[1.0], base_batch=B // n)
+            got = run_controller(world.sim, "static", seed=0)["time_to_target_s"]
+            iters = _iterations_to_target(f, B, pm.target, pm.start, pm.increasing)
+            want = iters * step
+            assert got == pytest.approx(want, rel=0.02), (workload, B, n, got, want)
+            checked += 1
+    assert checked >= 1, workload
+
+
+def test_progress_composition_and_interpolation():
+    pm = build_progress(load_pollux(shipped_workload("cifar10")))
+    K = pm.n_levels
+    c1, c2 = pm.cum_for(256)[0], pm.cum_for(2048)[0]
+    assert np.allclose(c1, pm.cum[1]) and np.allclose(c2, pm.cum[4])          # measured B: the curve itself
+    mid = pm.cum_for(724)[0]                                                     # between 512 and 1024
+    lo, hi = pm.cum[2], pm.cum[3]
+    assert np.all(mid[1:] >= np.minimum(lo, hi)[1:]) and np.all(mid[1:] <= np.maximum(lo, hi)[1:])
+    assert np.allclose(pm.cum_for(16)[0], pm.cum[0])                              # below: smallest measured
+    # constant B: target after exactly cum_B[K] samples
+    assert ProgressModel.advance(0.0, c1, c1[-1] * (1 - 1e-9))[0] < K
+    assert ProgressModel.advance(0.0, c1, c1[-1])[0] == K
+    # half of segment k at B1 then B2: half of B2's samples for that segment finish it
+    k = 2
+    P = ProgressModel.advance(float(k), c1, 0.5 * (c1[k + 1] - c1[k]))[0]
+    assert P == pytest.approx(k + 0.5)
+    P2 = ProgressModel.advance(P, c2, 0.5 * (c2[k + 1] - c2[k]))[0]
+    assert P2 == pytest.approx(k + 1)
+    # scalar path of the simulator = array path
+    for P0, s in ((0.0, 1e5), (1.3, 4e5), (3.9, 1e7)):
+        assert ProgressModel.advance1(P0, list(c2), s) == pytest.approx(ProgressModel.advance(P0, c2, s)[0])
+    # a level no measured run reached is unreachable (no progress beyond it)
+    pm2 = build_progress(load_pollux(shipped_workload("cifar10")), target=0.9465)
+    assert math.isinf(pm2.cum_for(4096)[0][-1]) and math.isfinite(pm2.cum_for(512)[0][-1])
+
+
+def test_direction_and_default_target():
+    for w in shipped_workloads():
+        wl = load_pollux(shipped_workload(w))
+        pm = build_progress(wl)
+        assert pm.increasing == (w != "deepspeech2")
+        assert np.isfinite(pm.cum[:, -1]).all()            # every measured batch reaches the default target
+        assert (pm.target - pm.start) * (1 if pm.increasing else -1) > 0
+
+
+def test_throughput_model():
+    wl = load_pollux(shipped_workload("cifar10"))
+    t4, t64, t100 = (build_throughput(wl.throughput, n) for n in (4, 64, 100))
+    b = np.full(4, 64)
+    assert t4.rank_times(np.ones(4), b).max() == pytest.approx(_measured_step(shipped_workload("cifar10"), 4, 64))
+    assert t4.cap == 1024 and t4.grid[0] == 1
+    h = np.array([1.0, 1.0, 2.0, 4.0])
+    tau = t4.rank_times(h, b)
+    assert tau[3] > tau[2] > tau[0]
+    # the oracle's envelope is non-decreasing in b and never below the true time
+    for hh in (1.0, 3.0):
+        tt = t64.rank_times(np.full(t64.cap, hh), np.arange(1, t64.cap + 1))
+        env = t64.envelope(np.array([hh]))[0]
+        assert np.all(np.diff(env) >= 0) and np.all(np.interp(np.arange(1, t64.cap + 1), t64.grid, env) >= tt - 1e-12)
+    assert np.all(t100.sync >= t64.sync)                   # extrapolated sync beyond 64 replicas grows
+
+
+def test_speed_traces():
+    tr = load_speed_trace(str(shipped_pai("job_3_norm")))
+    fl = Fluctuation(tr, 25, np.random.default_rng(0))
+    lengths, F = fl.chunks(5, 30)                          # steps 5..34, stride 10: 4 chunks
+    assert list(lengths) == [5, 10, 10, 5]
+    k = np.arange(0, 4)
+    assert np.allclose(F[:, 3], tr.series[(k + fl.off[3]) % tr.series.shape[0], 3])
+    assert not np.allclose(F[:, 3], F[:, 13])              # same worker, shifted in time
+    cov = load_speed_trace(f"cov:{shipped_pai('coefficient_variation')}")
+    fc = Fluctuation(cov, 4000, np.random.default_rng(1))
+    rows = fc.rows(np.arange(5))
+    c = fc.sig[(np.arange(5) + fc.off0) % fc.T]
+    want = np.sqrt(np.expm1(c ** 2))
+    assert np.allclose(rows.std(axis=1) / rows.mean(axis=1), want, rtol=0.15, atol=0.01)
+
+
+def test_controllers_run_unchanged():
+    world = make_world("deepspeech2", str(shipped_pai("job_2_norm")), 6, interval_steps=40)
+    for name in ("static", "proportional", "goodput", "random", "ppo"):
+        r = run_controller(world.sim, name, seed=3, max_decisions=12)
+        assert r["decisions"] == 12 and len(r["schedule"]) == 12
+    sim = world.sim
+    from dynamix_hvd.plan import Plan
+    sim.reset(0)
+    out = sim.step([10] * 6)
+    st = sim.cluster_state(Plan.uniform(6, 10), out)
+    w = st.workers[0]
+    assert st.world_size == 6 and w.max_batch == sim.tp.cap and w.step_s >= w.compute_s > 0
+    assert math.isnan(w.nic_tx_Bps) and st.glob.noise_scale > 0 and 0 < st.glob.progress < 1
+
+
+def _synthetic(d: Path) -> None:
+    """A workload unlike the shipped ones: decreasing metric, 3 runs, scalability.csv only."""
+    d.mkdir()
+    for B, eff in ((30, 1.0), (90, 0.8), (270, 0.5)):
+        with open(d / f"validation-{B}.csv", "w") as f:
+            f.write("iteration,metric,grad_sqr,grad_var\n")
+            for e in range(1, 8):
+                it = int(e * 600 / B * (1 / eff) * 10)
+                f.write(f"{it},{5.0 * math.exp(-0.4 * e * 1.0):.4f},{1.0 / e},{0.5 * e}\n")
+    with open(d / "scalability.csv", "w") as f:
+        f.write("num_nodes,num_replicas,local_bsz,step_time,sync_time\n")
+        for r in (2, 5, 9):
+            for b in (3, 7, 19):
+                f.write(f"{r},{r},{b},{0.01 + 0.002 * b + 0.003 * r},{0.003 * r}\n")
+
+
+def test_cli_on_unknown_formats(tmp_path: Path, capsys):
+    _synthetic(tmp_path / "toy")
+    pai = tmp_path / "pai.csv"
+    with open(pai, "w") as f:
+        f.write(",worker,gpu,time,batch_time_norm\n")
+        for t in range(1, 200, 5):
+            for w in range(3):
+                f.write(f"0,{w},10,{t},{500 + 100 * w + (t % 7) * 10}\n")
+    out = tmp_path / "out.json"
+    rc = cli_main(["replay", "--workload", str(tmp_path / "toy"), "--speed-trace", str(pai), "--workers", "12",
+                   "--controllers", "static,goodput,hindsight", "--seeds", "3", "--out", str(out),
+                   "--speeds", "1,2"])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["workload"] == "toy" and res["workers"] == 12 and res["target_metric"] < 5.0
+    assert set(res["controllers"]) == {"static", "goodput", "hindsight"}
+    for r in res["controllers"].values():
+        assert len(r["time_to_target_s"]) == 3 and r["reached_fraction"] == 1.0 and r["median"] > 0
+    rc = cli_main(["replay", "--workload", str(tmp_path / "toy"), "--speed-trace", "none", "--workers", "2",
+                   "--controllers", "static", "--seeds", "1", "--out", str(out), "--target", "99"])
+    assert rc == 2 and "target 99 is not better" in capsys.readouterr().out
+    rc = cli_main(["replay", "--workload", str(tmp_path / "nope"), "--speed-trace", "none", "--workers", "2",
+                   "--controllers", "static", "--seeds", "1", "--out", str(out)])
+    assert rc == 2 and "not found" in capsys.readouterr().out
