@@ -75,6 +75,8 @@ class ReplaySim:
         self.interval_steps = int(interval_steps) if interval_steps else max(10, math.ceil(self.static_steps / TARGET_DECISIONS))
         self.budget_factor, self.deadband = float(budget_factor), float(deadband)
         self.K = K
+        self._raw_template = np.full((self.n, len(RAW_WORKER_FIELDS)), NAN)
+        self._raw_template[:, 1] = tp.cap
 
     # ------------------------------------------------------------------ setup
     def cum(self, B: int) -> np.ndarray:
@@ -117,7 +119,7 @@ class ReplaySim:
     def run_interval(self, sizes: Sequence[int] | np.ndarray, P: float | None = None, t: int | None = None) -> Interval:
         """Run one interval from progress P at step t (default: the current ones), without committing."""
         b = np.asarray(sizes, dtype=np.int64)
-        if b.shape != (self.n,) or b.min() < 1 or b.max() > self.tp.cap:
+        if b.shape != (self.n,) or not 1 <= b.min() <= b.max() <= self.tp.cap:
             raise ValueError(f"sizes {b.tolist()}: need {self.n} local batches in 1..{self.tp.cap}")
         P = self.P if P is None else P
         t = self.t if t is None else t
@@ -154,8 +156,8 @@ class ReplaySim:
         sync = self.tp.sync_at(b)
         mult = np.exp(sig * z[:3 * n])
         compute = (iv.lengths @ iv.tau) / iv.steps - sync
-        raw = np.full((n, len(RAW_WORKER_FIELDS)), NAN)
-        raw[:, 0], raw[:, 1] = b, self.tp.cap
+        raw = self._raw_template.copy()
+        raw[:, 0] = b
         raw[:, 2] = np.maximum(compute, 1e-9) * mult[:n]
         raw[:, 3] = iv.step_mean * mult[n:2 * n]
         raw[:, 4] = np.maximum(raw[:, 3] - raw[:, 2], 0.0)

@@ -101,6 +101,8 @@ class Fluctuation:
             return np.array([float(nsteps)]), np.ones((1, self.n))
         st = self.stride
         k0, k1 = step0 // st, (step0 + nsteps - 1) // st
+        if k0 == k1:
+            return np.array([float(nsteps)]), self.rows(np.array([k0]))
         k = np.arange(k0, k1 + 1)
         starts = np.maximum(k * st, step0)
         ends = np.minimum((k + 1) * st, step0 + nsteps)

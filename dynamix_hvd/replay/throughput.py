@@ -66,9 +66,8 @@ class ThroughputModel:
     w: np.ndarray          # (cap+1,) position inside the segment
     timing_sigma: float    # spread of repeated measurements (relative), used as timing noise
 
-    @property
-    def cap(self) -> int:
-        return int(self.grid[-1])
+    def __post_init__(self) -> None:
+        self.cap = int(self.grid[-1])
 
     def envelope(self, h: np.ndarray) -> np.ndarray:
         """(..., L) running max of h compute + sync for multipliers h of shape (...)."""
