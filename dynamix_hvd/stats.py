@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dynamix_hvd.perfmodel import efficiency
+
 NAN = float("nan")
 
 
@@ -147,8 +149,5 @@ class Trend:
 
 
 def statistical_efficiency(global_batch: float, base_batch: float, noise_scale: float) -> float:
-    """Pollux's efficiency of batch B relative to B0: (phi + B0) / (phi + B) * B / B0 ... normalised
-    so that E(B0) = 1; it is the fraction of per-sample progress kept at batch B."""
-    if not math.isfinite(noise_scale) or noise_scale <= 0:
-        return 1.0
-    return (noise_scale + base_batch) / (noise_scale + global_batch)
+    """E(B) relative to B0 (``perfmodel.efficiency``, the one definition)."""
+    return efficiency(global_batch, base_batch, noise_scale)

@@ -40,13 +40,6 @@ class RewardWeights:
         return RewardWeights(**{k: float(v) for k, v in d.items()})
 
 
-def statistical_efficiency(global_batch: float, noise_scale: float, ref_batch: float) -> float:
-    """Pollux's E(B) = (phi + B_ref) / (phi + B); 1.0 when the noise scale is unknown."""
-    if not (math.isfinite(noise_scale) and noise_scale > 0):
-        return 1.0
-    return (noise_scale + ref_batch) / (noise_scale + global_batch)
-
-
 def reward_terms(
     *,
     goodput: float,

@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.model import equal_time_split
+from dynamix_hvd.perfmodel import efficiency, ring_allreduce_s, step_time
 from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.state import RAW_WORKER_FIELDS
@@ -245,13 +246,14 @@ class ClusterSim:
         n = cl.n
         if n == 1:
             return 0.0
-        return 2.0 * (n - 1) / n * cl.model_bytes / float(cl.bw.min()) + 2.0 * (n - 1) * float(cl.lat.max())
+        # the slowest link bounds every round (perfmodel.ring_allreduce_s with equal hop latencies)
+        return ring_allreduce_s(cl.model_bytes, cl.bw, np.full(n, 0.5 * float(cl.lat.max())))
 
     def _step_time(self, compute: np.ndarray, comm: float | None = None) -> float:
         a = self._comm_time() if comm is None else comm
         mc = float(compute.max())
         cl = self._c()
-        return mc + max(a - cl.overlap * mc, 0.05 * a) + cl.overhead
+        return float(step_time(mc, a, cl.overlap, cl.overhead))
 
     def _apply_events(self) -> None:
         cl = self._c()
@@ -266,8 +268,7 @@ class ClusterSim:
             self._comm = None
 
     def statistical_efficiency(self, B: float) -> float:
-        phi = self.noise_scale()
-        return (phi + self._c().ref_global_batch) / (phi + B)
+        return efficiency(B, self._c().ref_global_batch, self.noise_scale())
 
     # ------------------------------------------------------------------ step
     def step(self, sizes: Sequence[int]) -> dict[str, Any]:
@@ -293,7 +294,7 @@ class ClusterSim:
                                full * nbytes_s, cl.bw, cpu, gpu, 1.0 - (0.15 + 0.8 * b / cl.caps)))
         progress = self.progress
         phi = cl.phi0 * (1.0 + cl.growth * progress)
-        eff = (phi + cl.ref_global_batch) / (phi + B)
+        eff = efficiency(B, cl.ref_global_batch, phi)
         thr = B / step
         _, g_oracle = self.oracle()
         # loss falls faster with more efficient progress; val loss turns up when B >> phi

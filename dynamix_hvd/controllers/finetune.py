@@ -41,7 +41,8 @@ import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
-from dynamix_hvd.agent.reward import RewardWeights, reward_terms, statistical_efficiency
+from dynamix_hvd.agent.reward import RewardWeights, reward_terms
+from dynamix_hvd.perfmodel import efficiency, exposed_comm
 from dynamix_hvd.controllers.model import equal_time_split
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
@@ -81,7 +82,7 @@ def reference_goodput(state: ClusterState, ref_global_batch: float, bounds: Plan
     comm = _median([w.allreduce_p50_s for w in state.workers])
     if math.isfinite(comm) and comm > 0 and max_c > 0:
         overlap = min(max((comm - exposed) / max_c, 0.0), 1.0)
-        exposed = max(comm - overlap * tc, 0.05 * comm)
+        exposed = float(exposed_comm(comm, tc, overlap))
     t = tc + exposed
     return float(ref_global_batch) / t if t > 0 else math.nan
 
@@ -107,7 +108,7 @@ def live_reward(state: ClusterState, prev_sizes: Sequence[float], *, ref_global_
     thr = state.glob.samples_per_s
     if not (math.isfinite(thr) and thr > 0):
         thr = B / step_s if math.isfinite(step_s) and step_s > 0 else math.nan
-    goodput = thr * statistical_efficiency(B, state.glob.noise_scale, float(ref_global_batch))
+    goodput = thr * efficiency(B, float(ref_global_batch), state.glob.noise_scale)
     ref = reference if reference is not None else reference_goodput(state, ref_global_batch, bounds)
     if not (math.isfinite(ref) and ref > 0):
         ref = goodput                     # no estimate: efficiency term 1

@@ -21,6 +21,7 @@ import numpy as np
 from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.controllers.model import (MIN_COMPUTE_S, Z_MIN, ComputeModel, equal_time_split,  # noqa: F401
                                            equal_time_splits, fit_affine, rel_uncertainty, split_evidence, SplitEvidence)
+from dynamix_hvd.perfmodel import efficiency_array, step_time
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
@@ -59,9 +60,9 @@ class GoodputController(Controller):
         else:
             b = np.clip(np.asarray(totals, dtype=float)[:, None] * shares[None, :], lo, hi)
         tc = np.max(alpha + beta * b, axis=1)
-        step = tc + np.maximum(comm - overlap * tc, 0.05 * comm)
+        step = step_time(tc, comm, overlap)
         B = b.sum(axis=1)
-        eff = (phi + b_ref) / (phi + B) if math.isfinite(phi) and phi > 0 else 1.0
+        eff = efficiency_array(B, b_ref, phi)
         return B / step * eff, b
 
     def decide(self, state: ClusterState) -> Sequence[float]:

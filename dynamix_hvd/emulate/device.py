@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Sequence
 
+from dynamix_hvd.perfmodel import ring_allreduce_s
 from dynamix_hvd.emulate.scenario import LINK_KEYS, Event, Scenario, WorkerSpec
 
 
@@ -71,12 +72,8 @@ class TrainingClock:
 
 
 def ring_latency_s(latencies_ms: Sequence[float]) -> float:
-    """Latency cost of one ring allreduce: 2(n-1) rounds, each bounded by the slowest hop."""
-    n = len(latencies_ms)
-    if n < 2:
-        return 0.0
-    hop = max(latencies_ms[i] + latencies_ms[(i + 1) % n] for i in range(n))
-    return 2 * (n - 1) * hop / 1000.0
+    """Latency cost of one ring allreduce (``perfmodel.ring_allreduce_s`` without payload)."""
+    return ring_allreduce_s(0.0, [1.0] * len(latencies_ms), [x / 1000.0 for x in latencies_ms])
 
 
 class EmulatedDevice:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from dynamix_hvd.agent.reward import RewardWeights, reward_terms, statistical_efficiency
+from dynamix_hvd.agent.reward import RewardWeights, reward_terms
+from dynamix_hvd.perfmodel import efficiency
 
 
 def _terms(**kw):
@@ -44,6 +45,6 @@ def test_weights_scale_terms():
 
 
 def test_statistical_efficiency():
-    assert statistical_efficiency(100, float("nan"), 100) == 1.0
-    assert statistical_efficiency(100, 50, 100) == pytest.approx(1.0)
-    assert statistical_efficiency(200, 100, 100) == pytest.approx(200 / 300)
+    assert efficiency(100, 100, float("nan")) == 1.0
+    assert efficiency(100, 100, 50) == pytest.approx(1.0)
+    assert efficiency(200, 100, 100) == pytest.approx(200 / 300)
