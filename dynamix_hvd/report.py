@@ -24,14 +24,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    from dynamix_hvd.emulate.bench import read_jsonl
+    from dynamix_hvd.runlog import read_jsonl
 
     return read_jsonl(path)
 
 
 def _rank_series(run_dir: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per rank: (training time, batch size, compute seconds) per step."""
-    from dynamix_hvd.emulate.bench import rank_logs
+    from dynamix_hvd.runlog import rank_logs
 
     out = []
     for lg in rank_logs(run_dir):

@@ -25,9 +25,7 @@ numpy generator, and building the policy restores the global torch RNG state.
 """
 from __future__ import annotations
 
-import base64
 import copy
-import io
 import math
 import os
 import threading
@@ -41,6 +39,7 @@ import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
+from dynamix_hvd.agent.policy_io import PolicyLoadError, decode_state, encode_state, load_policy  # noqa: F401
 from dynamix_hvd.agent.reward import RewardWeights, reward_terms
 from dynamix_hvd.perfmodel import efficiency, exposed_comm
 from dynamix_hvd.controllers.model import equal_time_split
@@ -177,7 +176,6 @@ def load_model(path: str | os.PathLike, n_workers: int, *, steps: int = 32, lr: 
     from stable_baselines3.common.logger import Logger
 
     from dynamix_hvd.agent.policy import SharedRowPolicy
-    from dynamix_hvd.controllers.ppo import PolicyLoadError, load_policy
 
     p = Path(path)
     net = load_policy(p)[0].mlp_extractor        # the cached copy: only its sizes are read
@@ -214,16 +212,6 @@ def _save(model: Any, path: str | os.PathLike) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
     return out if out.suffix == ".zip" else out.with_name(out.name + ".zip")
-
-
-def encode_state(obj: Any) -> str:
-    buf = io.BytesIO()
-    th.save(obj, buf)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def decode_state(text: str) -> Any:
-    return th.load(io.BytesIO(base64.b64decode(text)), map_location="cpu", weights_only=True)
 
 
 def _lower_thread_priority() -> None:

@@ -13,63 +13,16 @@ Without it nothing changes: deterministic actions of the cached, read-only polic
 """
 from __future__ import annotations
 
-import functools
 import os
-import zipfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from dynamix_hvd.agent.policy_io import PolicyLoadError, default_policy_path, load_policy  # noqa: F401 (re-exported)
 from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
-
-
-class PolicyLoadError(RuntimeError):
-    """The policy file is missing, corrupt or does not match the observation."""
-
-
-def default_policy_path() -> Path:
-    from dynamix_hvd.agent.policies import DEFAULT_POLICY
-    return DEFAULT_POLICY
-
-
-def load_policy(path: str | os.PathLike | None = None):
-    """Load a SharedRowPolicy from an SB3 zip; returns (policy, dynamix_config).
-
-    Loaded policies are cached by (path, modification time): evaluation builds one controller per
-    episode and the policy is read-only at inference."""
-    p = Path(path) if path is not None else default_policy_path()
-    if p.is_file():
-        return _load_cached(str(p.resolve()), p.stat().st_mtime_ns, path is None)
-    return _load_uncached(p, path is None)
-
-
-@functools.lru_cache(maxsize=8)
-def _load_cached(path: str, mtime_ns: int, is_default: bool):
-    return _load_uncached(Path(path), is_default)
-
-
-def _load_uncached(p: Path, is_default: bool):
-    if not p.is_file():
-        hint = ("the shipped default policy is missing from the package data; reinstall dynamix_hvd or "
-                "train one with `dynamix train-policy --out policy.zip`") if is_default else \
-               "train one with `dynamix train-policy --out policy.zip` or omit policy= to use the shipped default"
-        raise PolicyLoadError(f"policy file {p} not found: {hint}")
-    if not zipfile.is_zipfile(p):
-        raise PolicyLoadError(f"policy file {p} is not a stable-baselines3 zip (corrupt or wrong file)")
-    try:
-        from stable_baselines3 import PPO
-        from dynamix_hvd.agent.policy import SharedRowPolicy
-        model = PPO.load(p, device="cpu", custom_objects={"learning_rate": 0.0, "lr_schedule": lambda _: 0.0})
-    except Exception as exc:  # noqa: BLE001 - any failure here means the file is unusable
-        raise PolicyLoadError(f"policy file {p} could not be loaded ({type(exc).__name__}: {exc})") from exc
-    policy = model.policy
-    if not isinstance(policy, SharedRowPolicy):
-        raise PolicyLoadError(f"policy file {p} holds a {type(policy).__name__}, not a DYNAMIX SharedRowPolicy")
-    policy.set_training_mode(False)
-    return policy, dict(policy.dynamix_config)
 
 
 class PPOController(Controller):
@@ -218,7 +171,7 @@ class PPOController(Controller):
             d["finetune"] = self.finetuner.state_dict()
             d["prev_sizes"] = self._prev_sizes
         elif self._own_policy:
-            from dynamix_hvd.controllers.finetune import encode_state
+            from dynamix_hvd.agent.policy_io import encode_state
             d["finetune"] = {"format": 1, "weights": encode_state({"policy": self.policy.state_dict()}),
                              **self._loaded_finetune_counts}
         return d
@@ -241,7 +194,7 @@ class PPOController(Controller):
             # resumed without fine-tuning: act (deterministically) with the fine-tuned weights, on a
             # private copy so the cached shipped policy is never modified
             import copy
-            from dynamix_hvd.controllers.finetune import decode_state
+            from dynamix_hvd.agent.policy_io import decode_state
             if not self._own_policy:
                 self.policy = copy.deepcopy(self.policy)
                 self.policy.optimizer = None

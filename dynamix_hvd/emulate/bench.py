@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from dynamix_hvd.emulate.scenario import Scenario, ScenarioError, load_scenario, override
+from dynamix_hvd.runlog import rank_logs, read_jsonl  # noqa: F401 (re-exported)
 from dynamix_hvd.emulate.targets import final_accuracy, format_targets, targets_table
 
 DEFAULT_CONTROLLERS = "static,oracle,proportional,goodput"
@@ -55,25 +56,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ---- metrics from one run directory ------------------------------------------------------
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass  # a line cut by a killed run
-    return out
-
-
-def rank_logs(run_dir: Path) -> list[list[dict[str, Any]]]:
-    files = sorted(run_dir.glob("rank*.jsonl"), key=lambda p: int(p.stem[4:]))
-    return [read_jsonl(f) for f in files]
-
-
 def balance_efficiency(logs: list[list[dict[str, Any]]]) -> float:
     """Mean over steps of sum_i c_i / (N max_i c_i), c_i = rank i's compute seconds."""
     if not logs or not all(logs):
