@@ -19,8 +19,25 @@ values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floa
 def test_config_kwargs_only_config_error(kwargs):
     try:
         DynamixConfig.load(env={}, **kwargs)
-    except ConfigError:
-        pass
+    except ConfigError as exc:
+        # the message names the offending field (or one it conflicts with)
+        assert any(name in str(exc) for name in FIELDS + ["bogus"]), str(exc)
+
+
+valid_configs = st.fixed_dictionaries({
+    "base_batch": st.integers(1, 512), "interval_steps": st.integers(1, 200), "deadband": st.floats(0, 0.99),
+    "controller": st.sampled_from(["static", "proportional", "goodput", "random", "ppo"]),
+    "lr_rule": st.sampled_from(["none", "linear", "sqrt", "adascale"]), "accumulation": st.integers(1, 8),
+    "max_rank_change": st.floats(0.01, 100), "max_global_change": st.floats(0.01, 100),
+    "max_batch_growth": st.one_of(st.none(), st.floats(1, 1000)), "gns": st.booleans()})
+
+
+@settings(max_examples=200, deadline=None)
+@given(valid_configs)
+def test_valid_configs_load_and_keep_their_values(kwargs):
+    cfg = DynamixConfig.load(env={}, max_batch=1024, **kwargs)
+    for k, v in kwargs.items():
+        assert getattr(cfg, k) == v
 
 
 @settings(max_examples=300, deadline=None)
@@ -28,8 +45,9 @@ def test_config_kwargs_only_config_error(kwargs):
 def test_config_env_only_config_error(env):
     try:
         DynamixConfig.load(env=env)
-    except ConfigError:
-        pass
+    except ConfigError as exc:
+        # names the environment variable or the field it sets
+        assert "DYNAMIX_" in str(exc) or any(name in str(exc) for name in FIELDS), str(exc)
 
 
 @settings(max_examples=200, deadline=None)
@@ -75,3 +93,28 @@ def test_scenario_parsing_only_scenario_error(text):
         parse_scenario(text)
     except ScenarioError:
         pass
+
+
+@st.composite
+def valid_scenario_texts(draw):
+    n = draw(st.integers(1, 6))
+    base = draw(st.integers(1, 64))
+    lines = ['name = "fuzz"', 'workload = "mnist1d_cnn"', f"target_accuracy = {draw(st.floats(0.1, 0.99)):.3f}",
+             f"max_time_s = {draw(st.integers(1, 600))}", f"base_batch = {base}", f"seed = {draw(st.integers(0, 99))}"]
+    for _ in range(n):
+        lines += ["[[workers]]", f"fixed_ms = {draw(st.floats(0.1, 50)):.3f}",
+                  f"per_sample_ms = {draw(st.floats(0.01, 20)):.3f}", f"max_batch = {draw(st.integers(base, 1024))}"]
+    for _ in range(draw(st.integers(0, 2))):
+        lines += ["[[events]]", f"at_s = {draw(st.floats(0, 100)):.2f}", f"rank = {draw(st.integers(0, n - 1))}",
+                  f"per_sample_ms = {draw(st.floats(0.01, 20)):.3f}"]
+    return n, "\n".join(lines) + "\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(valid_scenario_texts())
+def test_valid_scenarios_parse(case):
+    from dynamix_hvd.emulate.scenario import parse_scenario
+
+    n, text = case
+    sc = parse_scenario(text)
+    assert sc.world_size == n and sc.name == "fuzz"

@@ -53,9 +53,11 @@ def test_a_failing_write_warns_once_and_logging_goes_on(tmp_path):
     assert json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])["step"] == 2
 
 
-def test_no_run_dir_is_a_no_op():
+def test_no_run_dir_is_a_no_op(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     log = RunLogger(None)
     log.decision(_decision(1), lr=0.1)
     log.event({"step": 1})
     log.flush()
     log.close()
+    assert log.run_dir is None and list(tmp_path.iterdir()) == []   # nothing written anywhere here
