@@ -12,7 +12,8 @@ Cells: workloads x speed traces {none, job_2_norm, job_3_norm, cov:coefficient_v
 {4, 8, 16, 32, 64}; per cell ``--seeds`` seeds (hardware factors drawn per seed; the same world
 for the three runs of a seed). A ratio is the median over seeds of the per-seed ratio
 time(controller) / time(hindsight) (paired); a controller that does not reach the target within the
-budget counts as infinitely slow.
+budget counts as infinitely slow. A second table holds static / split-only, the oracle held at the
+static plan's global batch B0 (it only chooses the split): how much of the headroom is balance alone.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dynamix_hvd.replay.oracle import _episode
 from dynamix_hvd.replay.runner import make_world, run_one
 
 TRACES = ("none", "job_2_norm", "job_3_norm", "cov:coefficient_variation")
@@ -37,20 +39,26 @@ def _t(x: float | None) -> float:
 def cell(workload: str, trace: str, n: int, seeds: int) -> dict:
     sim = make_world(workload, trace, n).sim
     res: dict[str, list[float]] = {c: [] for c in ("static", "goodput", "hindsight")}
+    res["split_only"] = []      # the oracle held at the static global batch B0: only the split is chosen
+    B0 = np.array([sim.B0])
+    cum0 = sim.pm.cum_for(B0.astype(float))
     for s in range(seeds):
-        for c in res:
+        for c in ("static", "goodput", "hindsight"):
             res[c].append(_t(run_one(sim, c, s)["time_to_target_s"]))
+        res["split_only"].append(_episode(sim, s, B0, cum0, 1, 200_000)[0])
     h = np.array(res["hindsight"])
     out = {"workload": workload, "trace": trace, "workers": n, "seeds": seeds, "base_batch": sim.base_batch,
            "interval_steps": sim.interval_steps,
            "times": {c: [None if not math.isfinite(x) else round(x, 3) for x in v] for c, v in res.items()}}
-    for c in ("static", "goodput"):
-        with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for c in ("static", "goodput"):
             out[f"{c}_over_hindsight"] = float(np.median(np.array(res[c]) / h))
+        out["static_over_split_only"] = float(np.median(np.array(res["static"]) / np.array(res["split_only"])))
     return out
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], fmt=None) -> str:
+    fmt = fmt or (lambda r: f"{r['goodput_over_hindsight']:.2f} / {r['static_over_hindsight']:.2f}")
     ns = sorted({r["workers"] for r in rows})
     lines = ["| workload | speed trace | " + " | ".join(f"N={n}" for n in ns) + " |",
              "|---|---|" + "---|" * len(ns)]
@@ -62,7 +70,7 @@ def table(rows: list[dict]) -> str:
             cells = []
             for n in ns:
                 r = key.get((w, tr, n))
-                cells.append("-" if r is None else f"{r['goodput_over_hindsight']:.2f} / {r['static_over_hindsight']:.2f}")
+                cells.append("-" if r is None else fmt(r))
             lines.append(f"| {w} | {LABEL.get(tr, tr)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -94,6 +102,9 @@ def main() -> int:
             Path(a.out).parent.mkdir(parents=True, exist_ok=True)
             Path(a.out).write_text(json.dumps({"cells": rows, "wall_s": round(time.perf_counter() - t0, 1)}, indent=1))
     md = "goodput / hindsight and static / hindsight (median over seeds of the per-seed ratio)\n\n" + table(rows)
+    if all("static_over_split_only" in r for r in rows):
+        md += ("\n\nstatic / (oracle held at the static global batch B0: best split only)\n\n"
+               + table(rows, lambda r: f"{r['static_over_split_only']:.2f}"))
     print(md)
     if a.md:
         Path(a.md).write_text(md + "\n")
