@@ -44,6 +44,7 @@ from dynamix_hvd.traces.pollux import Curve, PolluxWorkload
 
 DEFAULT_TARGET_FRACTION = 0.95
 DEFAULT_LEVELS = 4
+DEFAULT_GNS_SIGMA = 0.3
 
 
 def metric_increases(curves: Sequence[Curve]) -> bool:
@@ -243,17 +244,20 @@ def _curve_log_ratio(c: Curve, positions: np.ndarray) -> np.ndarray:
     return np.interp(pos, s, lr)
 
 
-def estimator_sigma(curves: Sequence[Curve]) -> float:
-    """Log-scale noise of a noise-scale estimate: robust spread of epoch-to-epoch changes of
-    log(var/sqr) in the traces (1.4826 x median |diff| / sqrt 2), clipped to [0.05, 1]."""
-    diffs = []
+def estimator_sigma(curves: Sequence[Curve], default: float = DEFAULT_GNS_SIGMA) -> float:
+    """Log-scale noise of one noise-scale estimate: the within-run scatter of log(var/sqr) in the
+    traces, from second differences between consecutive epochs (a linear trend cancels):
+    1.4826 x median |d2| / sqrt(6), pooled over runs with >= 3 usable epochs, clipped to
+    [0.05, 1]; ``default`` when no run has 3 (nothing measures the scatter)."""
+    d2 = []
     for c in curves:
         ok = (c.grad_sqr > 0) & (c.grad_var > 0)
         lr = np.log(c.grad_var[ok] / c.grad_sqr[ok])
-        diffs.extend(np.abs(np.diff(lr)).tolist())
-    if not diffs:
-        return 0.3
-    return float(np.clip(1.4826 * np.median(diffs) / math.sqrt(2.0), 0.05, 1.0))
+        if lr.size >= 3:
+            d2.extend(np.abs(np.diff(lr, 2)).tolist())
+    if not d2:
+        return default
+    return float(np.clip(1.4826 * np.median(d2) / math.sqrt(6.0), 0.05, 1.0))
 
 
 def build_progress(wl: PolluxWorkload, target: float | None = None, n_levels: int = DEFAULT_LEVELS,

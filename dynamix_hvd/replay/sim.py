@@ -8,9 +8,11 @@ target is reached inside it) at per-rank local batches ``sizes``:
   hardware factor x fluctuation of that step (``replay/speeds.py``);
 * what the controllers see (``cluster_state``: the live hook's ``ClusterState``): per-rank mean
   compute, step, wait + allreduce and allreduce times with lognormal measurement noise (sigma =
-  the spread of repeated measurements at the same local batch in the throughput tables), a
-  noise-scale estimate = the true ``unit_batch x grad_var / grad_sqr`` at the current progress
-  and batch times ``exp(sigma_gns z)`` (estimator noise from the traces' epoch-to-epoch scatter),
+  the spread of repeated measurements at the same local batch in the throughput tables; also
+  reported as ``compute_se_s``), the noise scale of the live hook's ``NoiseScaleEstimator`` fed one
+  estimate per interval: the true ``unit_batch x grad_var / grad_sqr`` at the current progress
+  and batch times ``exp(sigma_gns z)`` (estimator noise from the traces' within-run scatter; the
+  estimator's EMA, relative error and ``stable`` flag are the live ones),
   and a loss proxy (the traces hold no training loss: the gap of the current metric to the best
   measured one, normalised, with its relative change per interval as loss and val-loss trend).
   Never the true curves, speeds or the time to target. NIC, CPU, GPU and memory metrics are not
@@ -31,6 +33,7 @@ from dynamix_hvd.replay.progress import ProgressModel
 from dynamix_hvd.replay.speeds import Fluctuation, SpeedTrace, cycle_speeds, draw_hardware
 from dynamix_hvd.replay.throughput import ThroughputModel
 from dynamix_hvd.state import RAW_WORKER_FIELDS
+from dynamix_hvd.stats import NoiseScaleEstimator
 
 TARGET_DECISIONS = 300      # auto interval: about this many decisions for the static plan's run
 
@@ -110,6 +113,7 @@ class ReplaySim:
         self.budget_s = self.budget_factor * self.static_steps * step0
         self._gap = self._gap_at(0.0)
         self._phi_obs = math.nan
+        self.gns = NoiseScaleEstimator()
 
     @property
     def done(self) -> bool:
@@ -163,12 +167,15 @@ class ReplaySim:
         raw[:, 4] = np.maximum(raw[:, 3] - raw[:, 2], 0.0)
         raw[:, 5] = sync * mult[2 * n:]
         B = float(b.sum())
-        phi = self.pm.noise_scale(self.P, B) * math.exp(self.pm.gns_sigma * z[-1])
+        # one noisy per-interval estimate (S relative to |G|^2 = 1) into the live hook's estimator
+        self.gns.update(self.pm.noise_scale(self.P, B) * math.exp(self.pm.gns_sigma * z[-1]), 1.0)
+        phi = self.gns.noise_scale
         gap = self._gap_at(self.P)
         trend = gap / self._gap - 1.0 if self._gap > 0 else 0.0
         gv = phi / self._phi_obs - 1.0 if math.isfinite(self._phi_obs) else 0.0
         self._gap, self._phi_obs = gap, phi
-        return {"raw": raw, "noise_scale": phi, "loss": gap, "loss_trend": trend + 0.005 * z[-2],
+        return {"raw": raw, "noise_scale": phi, "noise_scale_rel_err": self.gns.rel_err,
+                "noise_scale_stable": self.gns.stable, "loss": gap, "loss_trend": trend + 0.005 * z[-2],
                 "val_loss_trend": trend + 0.005 * z[-3], "grad_var_trend": gv, "progress": self.P / self.K,
                 "samples_per_s": B * iv.steps / iv.elapsed, "steps": iv.steps, "elapsed": iv.elapsed,
                 "global_batch": B}
@@ -181,13 +188,17 @@ class ReplaySim:
     # ------------------------------------------------------------------ records
     def cluster_state(self, plan: Plan, out: Mapping[str, Any], last_action: np.ndarray | None = None) -> ClusterState:
         raw = out["raw"]
+        sig = self.tp.timing_sigma
         workers = []
         for r in range(raw.shape[0]):
             row = raw[r]
             workers.append(WorkerStats(rank=r, batch_size=int(row[0]), max_batch=int(row[1]), steps=int(out["steps"]),
                                        compute_s=float(row[2]), step_s=float(row[3]), comm_s=float(row[4]),
-                                       allreduce_p50_s=float(row[5]), loss=float(out["loss"])))
-        glob = GlobalStats(step=self.t, progress=out["progress"], noise_scale=out["noise_scale"], loss=out["loss"],
+                                       allreduce_p50_s=float(row[5]), loss=float(out["loss"]),
+                                       compute_se_s=sig * float(row[2])))
+        glob = GlobalStats(step=self.t, progress=out["progress"], noise_scale=out["noise_scale"],
+                           noise_scale_rel_err=out["noise_scale_rel_err"], noise_scale_stable=out["noise_scale_stable"],
+                           loss=out["loss"],
                            loss_trend=out["loss_trend"], grad_var_trend=out["grad_var_trend"], val_loss=NAN,
                            val_loss_trend=out["val_loss_trend"], samples_per_s=out["samples_per_s"])
         return ClusterState(plan=plan, workers=workers, glob=glob, last_action=last_action)

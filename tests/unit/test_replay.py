@@ -154,6 +154,12 @@ def test_controllers_run_unchanged():
     w = st.workers[0]
     assert st.world_size == 6 and w.max_batch == sim.tp.cap and w.step_s >= w.compute_s > 0
     assert math.isnan(w.nic_tx_Bps) and st.glob.noise_scale > 0 and 0 < st.glob.progress < 1
+    assert w.compute_se_s == pytest.approx(sim.tp.timing_sigma * w.compute_s)
+    assert not st.glob.noise_scale_stable                 # the live estimator: one update is not enough
+    for _ in range(6):
+        out = sim.step([10] * 6)
+    st = sim.cluster_state(Plan.uniform(6, 10), out)
+    assert st.glob.noise_scale_stable and 0 <= st.glob.noise_scale_rel_err <= 0.25
 
 
 def _synthetic(d: Path) -> None:
