@@ -22,7 +22,7 @@ from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.controllers.model import (MIN_COMPUTE_S, Z_MIN, ComputeModel, equal_time_split,  # noqa: F401
                                            equal_time_splits, fit_affine, rel_uncertainty, split_evidence, SplitEvidence)
 from dynamix_hvd.perfmodel import efficiency_array, step_time
-from dynamix_hvd.plan import PlanBounds
+from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState
 
 SCALES = (0.5, 0.63, 0.8, 1.0, 1.25, 1.6, 2.0, 2.5, 3.2, 4.0)
@@ -122,10 +122,15 @@ class GoodputController(Controller):
                f"global batch held: noise scale not stable (rel. err {state.glob.noise_scale_rel_err:.2f})")
         if g_best < (1.0 + self.switch_gain) * g_now:
             self.last_reason = f"{ev.reason}; {gns}; B {B_now:.0f} kept"
-            return b_now, float(b_now.sum())
+            return self._integer(b_now), float(b_now.sum())
         self.last_reason = (f"{ev.reason}; {gns}; B {B_now:.0f} -> {B_best:.0f}, predicted goodput "
                             f"{g_best / g_now - 1:+.0%}")
-        return b_best, float(b_best.sum())
+        return self._integer(b_best), float(b_best.sum())
+
+    def _integer(self, split: np.ndarray) -> np.ndarray:
+        """Integer sizes summing exactly to the split's rounded total (rounding each rank alone
+        drifted the global batch by a sample or two)."""
+        return np.asarray(split_global(int(round(float(split.sum()))), list(split), self.bounds), dtype=float)
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict()}
