@@ -89,3 +89,13 @@ def format_targets(tab: Mapping[str, Any]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     return (f"time to a fraction of the plateau {tab['plateau']:.3f} (static's median final accuracy, mean of the "
             f"last {tab['last_k']} evaluations); (x) = vs the better of static and proportional\n" + "\n".join(lines))
+
+
+def late_plan_changes(events: Sequence[Mapping[str, Any]], after_s: float = 10.0) -> tuple[int, float]:
+    """(plan changes after ``after_s`` seconds of the run, and the span they were counted over in
+    s) from a run's ``events.jsonl`` decision records (``t``: seconds since the hook started)."""
+    recs = [e for e in events if "next_plan" in e and "plan" in e and "t" in e]
+    late = [e for e in recs if float(e["t"]) >= after_s]
+    changes = sum(1 for e in late if list(e["plan"]) != list(e["next_plan"]["batch_sizes"]))
+    span = (float(late[-1]["t"]) - after_s) if late else 0.0
+    return changes, span

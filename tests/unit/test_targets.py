@@ -1,0 +1,37 @@
+"""Honest bench accuracy figures (emulate/targets.py)."""
+from __future__ import annotations
+
+import pytest
+
+from dynamix_hvd.emulate.targets import final_accuracy, late_plan_changes, targets_table, time_to
+
+
+def _evals(accs, dt=1.0):
+    return [{"t": dt * (i + 1), "acc": a} for i, a in enumerate(accs)]
+
+
+def test_final_accuracy_is_the_mean_of_the_last_five():
+    assert final_accuracy(_evals([0.1, 0.5, 0.9, 0.8, 0.9, 1.0, 0.9])) == pytest.approx((0.9 + 0.8 + 0.9 + 1.0 + 0.9) / 5)
+    assert final_accuracy(_evals([0.4, 0.6])) == pytest.approx(0.5)
+
+
+def test_time_to_is_the_first_evaluation_at_or_above():
+    ev = _evals([0.5, 0.79, 0.8, 0.7, 0.9])
+    assert time_to(ev, 0.8) == 3.0 and time_to(ev, 0.95) is None
+
+
+def test_targets_are_fractions_of_static_plateau_and_medians_need_a_majority():
+    static = [_evals([0.5, 0.8, 0.9, 0.9, 0.9, 0.9, 0.9])] * 3
+    fast = [_evals([0.85, 0.9, 0.9, 0.9, 0.9, 0.9]), _evals([0.85, 0.9, 0.9, 0.9, 0.9, 0.9]), _evals([0.1] * 6)]
+    tab = targets_table({"static": static, "fast": fast}, fractions=(0.8, 1.0))
+    assert tab["plateau"] == pytest.approx(0.9) and tab["targets"] == [0.72, 0.9]
+    assert tab["controllers"]["static"]["time_to_target_s"] == [2.0, 3.0]
+    assert tab["controllers"]["fast"]["time_to_target_s"] == [1.0, 2.0]      # 2 of 3 runs reached
+    slow = [_evals([0.1] * 6)] * 2 + [_evals([0.9] * 6)]
+    assert targets_table({"static": static, "slow": slow})["controllers"]["slow"]["time_to_target_s"][0] is None
+
+
+def test_late_plan_changes_counts_changes_after_the_cut():
+    ev = [{"t": t, "plan": [32, 32], "next_plan": {"batch_sizes": nb}}
+          for t, nb in ((5, [40, 24]), (12, [32, 32]), (15, [32, 32]), (20, [30, 34]), (30, [30, 34]))]
+    assert late_plan_changes(ev, 10.0) == (2, 20.0)
