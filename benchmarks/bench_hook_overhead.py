@@ -1,0 +1,200 @@
+"""The hook's per-step cost: plain Horovod against the same loop with the dynamix hook.
+
+    .venv/bin/python benchmarks/bench_hook_overhead.py                       # widths 256,768,2048 x np 2,4
+    .venv/bin/python benchmarks/bench_hook_overhead.py --np 2 --widths 1024 --breakdown
+    .venv/bin/python benchmarks/bench_hook_overhead.py --lock /tmp/dynamix-cpu.lock   # each job under flock
+
+Both sides train the same MLP (in 128 -> width -> width -> 10) on the same random data with the
+same per-rank batch (32) and SGD, under ``mpirun -np N``:
+  plain   ``hvd.DistributedOptimizer(op=hvd.Average)``; the loop is zero_grad, loss.backward(),
+          optimizer.step() over this rank's slice of a shared permutation;
+  hook    ``Dynamix(model, optimizer, ...)`` with its defaults (static controller), iterating
+          ``dyn.batches(epoch)``; the loop is the hook's documented one.
+With ``--breakdown`` the hook also runs with one feature off at a time (gns, react, oom_redo,
+collector) and with all four off.
+
+One job runs every variant in the same processes, in rounds A B C .. C B A (A = plain): the
+ratio of a variant in a round is the mean steps/s of its two blocks over plain's two blocks, so a
+linear drift of the machine's load cancels. Prints the median ratio over the rounds and its
+range (min-max), and the plain steps/s and step time. Each block builds a fresh model and
+optimizer (and Dynamix), runs warm-up steps, then times a fixed number of steps (calibrated once
+so that a plain block lasts about ``--block-s``). Timing-sensitive: run under the CPU lock.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,tcp",
+          "--mca", "btl_tcp_if_include", "lo"]
+BATCH, D_IN, CLASSES = 32, 128, 10
+VARIANTS = {
+    "hook": {},
+    "gns=False": {"gns": False},
+    "react=False": {"react": False},
+    "oom_redo=False": {"oom_redo": False},
+    "collector=False": {"collector": False},
+    "all four off": {"gns": False, "react": False, "oom_redo": False, "collector": False},
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# worker side (under mpirun)
+def _model(width: int):  # noqa: ANN202
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(D_IN, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                               torch.nn.ReLU(), torch.nn.Linear(width, CLASSES))
+
+
+def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> float:
+    """One block of ``variant``: steps/s over ``steps`` timed steps after ``warmup``."""
+    import horovod.torch as hvd
+    import torch
+    import torch.nn.functional as F
+
+    x, y = data
+    model = _model(width)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    total = warmup + steps
+    hvd.allreduce(torch.zeros(1), name="bench.sync")      # start the block together
+    if variant == "plain":
+        dopt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        g = torch.Generator().manual_seed(1)
+        perm = torch.randperm(len(x), generator=g)
+        B, off = BATCH * hvd.size(), BATCH * hvd.rank()
+        t0 = 0.0
+        for s in range(total):
+            if s == warmup:
+                t0 = time.perf_counter()
+            start = (s * B) % (len(x) - B) + off
+            idx = perm[start:start + BATCH]
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            dopt.zero_grad()
+            loss.backward()
+            dopt.step()
+        dt = time.perf_counter() - t0
+    else:
+        from dynamix_hvd import Dynamix
+
+        dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=BATCH, **VARIANTS[variant])
+        new_api = getattr(dyn, "report", None) is not None
+        optimizer = dyn.optimizer
+        s, epoch, t0 = 0, 0, 0.0
+        while s < total:
+            for idx in dyn.batches(epoch):
+                if s == warmup:
+                    t0 = time.perf_counter()
+                loss = F.cross_entropy(model(x[idx]), y[idx])
+                optimizer.zero_grad()
+                if new_api:          # the loop of a plain Horovod script
+                    loss.backward()
+                    optimizer.step()
+                else:                # the hook's loop before issue 21
+                    dyn.backward(loss)
+                    optimizer.step()
+                    dyn.step(loss)
+                s += 1
+                if s >= total:
+                    break
+            epoch += 1
+        dt = time.perf_counter() - t0
+        dyn._pending.clear()   # noqa: SLF001 - the epoch's iterator is abandoned on purpose
+        dyn.close()
+    # the slowest rank's time is the job's
+    dt = float(hvd.allreduce(torch.tensor([dt]), op=hvd.Max, name="bench.dt"))
+    return steps / dt
+
+
+def worker(args: argparse.Namespace) -> None:
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    data = (torch.randn(200_000, D_IN, generator=g), torch.randint(0, CLASSES, (200_000,), generator=g))
+    variants = ["plain", *args.variants.split(",")]
+    # calibrate: plain steps per block of about block_s seconds (same count on every rank)
+    rate = _block("plain", args.width, 20, 5, data)
+    steps = max(20, int(round(rate * args.block_s)))
+    rounds: list[dict[str, float]] = []
+    for _ in range(args.rounds):
+        got: dict[str, list[float]] = {v: [] for v in variants}
+        for v in variants + variants[::-1]:
+            got[v].append(_block(v, args.width, steps, args.warmup, data))
+        rounds.append({v: statistics.fmean(r) for v, r in got.items()})
+    if hvd.rank() == 0:
+        print("RESULT " + json.dumps({"np": hvd.size(), "width": args.width, "steps_per_block": steps,
+                                      "rounds": rounds}), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# driver
+def summarise(res: dict) -> list[str]:
+    rounds = res["rounds"]
+    plain = [r["plain"] for r in rounds]
+    p50 = statistics.median(plain)
+    lines = [f"np {res['np']}  width {res['width']:5d}  plain {p50:7.1f} steps/s ({1e3 / p50:5.1f} ms/step), "
+             f"{len(rounds)} ABBA rounds x {res['steps_per_block']} steps per block"]
+    for v in rounds[0]:
+        if v == "plain":
+            continue
+        ratios = [r[v] / r["plain"] for r in rounds]
+        lines.append(f"    {v:16s} {statistics.median(ratios):.3f}x  ({min(ratios):.3f}-{max(ratios):.3f})")
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--np", default="2,4", help="world sizes (comma-separated)")
+    p.add_argument("--widths", default="256,768,2048", help="MLP hidden widths (step times ~3/15/50 ms at np 2)")
+    p.add_argument("--width", type=int, default=256, help=argparse.SUPPRESS)
+    p.add_argument("--breakdown", action="store_true", help="also the hook with each feature off")
+    p.add_argument("--variants", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--rounds", type=int, default=5, help="ABBA rounds per job")
+    p.add_argument("--block-s", type=float, default=1.0, help="seconds per plain block")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--lock", default=None, help="run each mpirun job under `flock LOCK`")
+    p.add_argument("--json", type=Path, default=None, help="append each job's result as a JSON line")
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    variants = list(VARIANTS) if args.breakdown else ["hook"]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    print(f"reproduce: {' '.join(sys.argv)}", flush=True)
+    for np_ in (int(n) for n in args.np.split(",")):
+        for width in (int(w) for w in args.widths.split(",")):
+            cmd = [*MPIRUN, "-np", str(np_), sys.executable, "-m", "mpi4py", __file__, "--worker",
+                   "--width", str(width), "--variants", ",".join(variants), "--rounds", str(args.rounds),
+                   "--block-s", str(args.block_s), "--warmup", str(args.warmup)]
+            if args.lock:
+                cmd = ["flock", args.lock, *cmd]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+            if proc.returncode != 0 or line is None:
+                print(f"np {np_} width {width}: job failed ({proc.returncode})\n{proc.stdout[-3000:]}\n"
+                      f"{proc.stderr[-3000:]}", flush=True)
+                continue
+            res = json.loads(line[len("RESULT "):])
+            res["load1"] = os.getloadavg()[0]
+            print("\n".join(summarise(res)) + f"   (load {res['load1']:.1f})", flush=True)
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(res) + "\n")
+
+
+if __name__ == "__main__":
+    main()
