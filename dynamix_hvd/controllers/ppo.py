@@ -143,7 +143,7 @@ class PPOController(Controller):
             # time): the policy's per-worker moves are not applied either (issue 26)
             levels = np.zeros_like(levels)
         self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None),
-                                                 f"policy levels {levels.astype(int).tolist()}, global scale "
+                                                 f"policy levels {_short(levels.astype(int).tolist())}, global scale "
                                                  f"{self.action_config.global_scales[gidx]:g}") if x)
         proposed, self.target_B = proposal_from_action(sizes, levels, gidx, self.target_B, self.action_config,
                                                        self.bounds, self.anchor)
@@ -225,3 +225,8 @@ class PPOController(Controller):
         from dynamix_hvd.controllers.finetune import save_policy_zip
         return save_policy_zip(self.policy_path if self.policy_path is not None else default_policy_path(),
                                self.policy.state_dict(), path)
+
+
+def _short(xs: list, k: int = 8) -> str:
+    """A list for a log line: at most ``k`` entries, then how many more."""
+    return str(xs) if len(xs) <= k else f"{xs[:k]} ... (+{len(xs) - k})"
