@@ -32,12 +32,13 @@ class Comm:
         self.comm.Gather(row, out, root=0)
         return out
 
-    def bcast_plan(self, plan: Plan | None) -> Plan:
-        """Rank 0 passes the plan, the others None; every rank returns rank 0's plan."""
+    def bcast_plan(self, plan: Plan | None, next_due: int = 0) -> tuple[Plan, int]:
+        """Rank 0 passes the plan (and the step of the next regular decision), the others None;
+        every rank returns rank 0's (plan, next_due)."""
         buf = plan_buffer(self.size)
         if self.rank == 0:
             assert plan is not None and plan.world_size == self.size
-            encode_plan(plan, buf)
+            encode_plan(plan, buf, next_due)
         self.comm.Bcast(buf, root=0)
         return decode_plan(buf)
 
@@ -91,14 +92,14 @@ class HorovodComm:
         out = self.hvd.allgather(t, name="dynamix.gather").numpy()
         return out if self.rank == 0 else None
 
-    def bcast_plan(self, plan: Plan | None) -> Plan:
+    def bcast_plan(self, plan: Plan | None, next_due: int = 0) -> tuple[Plan, int]:
         import torch
 
         buf = plan_buffer(self.size)
         buf[:] = 0
         if self.rank == 0:
             assert plan is not None and plan.world_size == self.size
-            encode_plan(plan, buf)
+            encode_plan(plan, buf, next_due)
         out = self.hvd.broadcast(torch.from_numpy(buf), root_rank=0, name="dynamix.plan")
         return decode_plan(out.tolist())
 

@@ -28,8 +28,12 @@ class DynamixConfig:
     base_batch: int = 32                 # initial per-rank batch size
     controller: str = "static"           # one of CONTROLLERS
     interval_steps: int = 10             # optimizer steps between decisions (sweep: docs/bench.md)
+    min_decision_s: float = 0.5          # ... and at least this many seconds of steps apart (short steps:
+                                         # more steps per interval; 0: exactly interval_steps)
     warmup_steps: int = 0                # no decision before this step
     min_batch: int = 1                   # per-rank lower bound
+    bn_min_batch: int = 16               # per-rank lower bound when the model has (non-sync) BatchNorm
+                                         # layers (capped at base_batch)
     max_batch: int | tuple[int, ...] = 1024  # per-rank upper bound (one value or one per rank)
     quantum: int = 1                     # batch sizes are multiples of this where possible
     deadband: float = 0.05               # ignore proposals moving no rank by more than this fraction
@@ -42,6 +46,7 @@ class DynamixConfig:
     shuffle: bool = True
     gns: bool = True                     # estimate the gradient noise scale
     gns_beta: float = 0.9                # EMA factor of the noise-scale estimator
+    gns_every: int = 5                   # gradient statistics on every k-th step (+ the step before each decision)
     collector: bool = True               # sample NIC/CPU/memory with the native collector
     collector_period_ms: int = 100
     run_dir: str | None = None           # events.jsonl (+ TensorBoard) written here by rank 0
@@ -76,8 +81,11 @@ class DynamixConfig:
         need(is_int(self.base_batch) and self.base_batch >= 1, "base_batch", "an integer >= 1")
         need(self.controller in CONTROLLERS, "controller", f"one of {CONTROLLERS}")
         need(is_int(self.interval_steps) and self.interval_steps >= 1, "interval_steps", "an integer >= 1")
+        need(isinstance(self.min_decision_s, (int, float)) and not isinstance(self.min_decision_s, bool)
+             and 0 <= self.min_decision_s <= 3600, "min_decision_s", "a number of seconds in [0, 3600]")
         need(is_int(self.warmup_steps) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
         need(is_int(self.min_batch) and self.min_batch >= 1, "min_batch", "an integer >= 1")
+        need(is_int(self.bn_min_batch) and self.bn_min_batch >= 1, "bn_min_batch", "an integer >= 1")
         caps = self.max_batch if isinstance(self.max_batch, tuple) else (self.max_batch,)
         need(all(is_int(c) and c >= self.min_batch for c in caps) and len(caps) >= 1, "max_batch",
              f"an integer >= min_batch={self.min_batch}, or one such integer per rank")
@@ -101,6 +109,7 @@ class DynamixConfig:
         need(isinstance(self.shuffle, bool), "shuffle", "true or false")
         need(isinstance(self.gns, bool), "gns", "true or false")
         need(isinstance(self.gns_beta, (int, float)) and 0 <= self.gns_beta < 1, "gns_beta", "a number in [0, 1)")
+        need(is_int(self.gns_every) and self.gns_every >= 1, "gns_every", "an integer >= 1 (steps)")
         need(isinstance(self.collector, bool), "collector", "true or false")
         need(is_int(self.collector_period_ms) and self.collector_period_ms >= 1, "collector_period_ms",
              "an integer >= 1 (milliseconds)")
@@ -160,6 +169,14 @@ class DynamixConfig:
         caps = [c for c in (self.max_global_batch, None if growth is None else int(growth * b0)) if c is not None]
         return min(caps) if caps else None
 
+    def next_interval(self, step_s: float) -> int:
+        """Steps until the next regular decision: ``interval_steps``, or more when steps are so short
+        that the interval would last less than ``min_decision_s`` (at most 64 x interval_steps)."""
+        k = self.interval_steps
+        if not (self.min_decision_s > 0 and step_s > 0 and step_s == step_s):
+            return k
+        return int(min(max(k, -(-self.min_decision_s // step_s)), 64 * k))
+
     def max_batch_for(self, world_size: int) -> tuple[int, ...]:
         if isinstance(self.max_batch, tuple):
             return self.max_batch
@@ -217,10 +234,10 @@ def _parse_env_value(name: str, raw: str, default: Any) -> Any:
             if raw.lower() in ("0", "false", "no", "off"):
                 return False
             raise ValueError("expected true/false")
-        if name in ("max_global_batch", "base_global_batch", "run_dir", "max_batch_growth") and \
+        if name in ("max_global_batch", "min_global_batch", "base_global_batch", "run_dir", "max_batch_growth") and \
                 raw.lower() in ("", "none"):
             return None
-        if isinstance(default, int) or name in ("max_global_batch", "base_global_batch"):
+        if isinstance(default, int) or name in ("max_global_batch", "min_global_batch", "base_global_batch"):
             return int(raw)
         if name == "max_batch_growth":
             return float(raw)
@@ -233,7 +250,41 @@ def _parse_env_value(name: str, raw: str, default: Any) -> Any:
         raise ConfigError(f"environment variable DYNAMIX_{name.upper()}={raw!r} is invalid: {exc}") from exc
 
 
+# Every DYNAMIX_* environment variable the project reads, in one registry: the configuration
+# fields (DYNAMIX_<FIELD>, added below) and these. A DYNAMIX_* name that is in neither is
+# rejected (a misspelt override would otherwise be ignored without a word).
+ENV_VARS: dict[str, str] = {
+    "DYNAMIX_CONFIG": "TOML configuration file",
+    "DYNAMIX_CACHE": "cache directory of generated data sets (workloads.py)",
+    "DYNAMIX_IFACES": "network interfaces the collector watches (metrics/interfaces.py)",
+    "DYNAMIX_PMPI_LIB": "path of libdynamix_pmpi.so (launch.py)",
+    "DYNAMIX_REQUIRE_PMPI": "tests: fail instead of skip without the PMPI recorder",
+    "DYNAMIX_VENV": "scripts: the virtual environment to use",
+}
+ENV_PATTERNS: tuple[str, ...] = (r"DYNAMIX_LINK_R\d+",)   # emulate/worker.py: one rank's emulated link
+
+
+def env_var_names() -> list[str]:
+    return sorted(set(ENV_VARS) | {f"DYNAMIX_{f.name.upper()}" for f in fields(DynamixConfig)})
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    """Raise ConfigError for a DYNAMIX_* variable nobody reads, naming the closest valid one."""
+    import difflib
+    import re
+
+    known = env_var_names()
+    for key in env:
+        if not key.startswith("DYNAMIX_") or key in known or any(re.fullmatch(p, key) for p in ENV_PATTERNS):
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.0)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(f"environment variable {key} is not a dynamix setting{hint} "
+                          f"(valid: {', '.join(known)})")
+
+
 def _from_env(env: Mapping[str, str], names: set[str]) -> dict[str, Any]:
+    check_env(env)
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else {}) for f in fields(DynamixConfig)}
     out = {}
     for key, raw in env.items():

@@ -4,7 +4,8 @@ allreduce. Pure numpy; the transports are in comm.py (decision) and apply.py (fl
 
 Row:   WorkerStats.to_array()  ++  [sum_t T_t c_i,t]     (float64, same length on every rank)
        c_i,t = (n_i/T_t)|g_i,t|^2 on the steps whose gradient statistics were sampled
-Plan:  [version, start_step, world_size, b_0, ..., b_{N-1}]   (int64)
+Plan:  [version, start_step, world_size, next_due, b_0, ..., b_{N-1}]   (int64; next_due: the
+       step count after which the next regular decision is taken)
 Flags: [oom batch of rank 0..N-1, early-decision flag of rank 0..N-1]   (float32, summed: each
        rank writes only its own slots, so the sum is everyone's values)
 """
@@ -28,20 +29,21 @@ def decode_rows(rows: np.ndarray) -> tuple[list[WorkerStats], np.ndarray]:
 
 
 def plan_buffer(world: int) -> np.ndarray:
-    return np.empty(3 + world, dtype=np.int64)
+    return np.empty(4 + world, dtype=np.int64)
 
 
-def encode_plan(plan: Plan, buf: np.ndarray) -> np.ndarray:
-    buf[:3] = (plan.version, plan.start_step, plan.world_size)
-    buf[3:] = plan.batch_sizes
+def encode_plan(plan: Plan, buf: np.ndarray, next_due: int = 0) -> np.ndarray:
+    buf[:4] = (plan.version, plan.start_step, plan.world_size, next_due)
+    buf[4:] = plan.batch_sizes
     return buf
 
 
-def decode_plan(buf: np.ndarray | list[int]) -> Plan:
+def decode_plan(buf: np.ndarray | list[int]) -> tuple[Plan, int]:
+    """(plan, next_due)."""
     v = [int(x) for x in buf]
-    if v[2] != len(v) - 3:
-        raise ValueError(f"plan message for {v[2]} ranks carries {len(v) - 3} batch sizes")
-    return Plan(v[0], tuple(v[3:]), v[1])
+    if v[2] != len(v) - 4:
+        raise ValueError(f"plan message for {v[2]} ranks carries {len(v) - 4} batch sizes")
+    return Plan(v[0], tuple(v[4:]), v[1]), v[3]
 
 
 def flag_slots(world: int) -> int:

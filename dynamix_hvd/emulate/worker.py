@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from dynamix_hvd import workloads
 from dynamix_hvd.emulate.device import EmulatedDevice, EmulatedOOM, TrainingClock
 from dynamix_hvd.emulate.scenario import load_scenario, override
+from dynamix_hvd.errors import OutOfMemoryError
 
 LINK_ENV = "DYNAMIX_LINK_R{rank}"
 
@@ -123,14 +124,15 @@ def main(argv: list[str] | None = None) -> int:
         # TensorBoard scalars are written by rank 0 once per decision (not per step): cheap
         spec = parse_controller(args.controller)
         cfg = DynamixConfig(base_batch=sc.base_batch, controller=spec.name, react=spec.react,
-                            interval_steps=sc.interval_steps, max_batch=tuple(device.max_batches()),
+                            interval_steps=sc.interval_steps, min_decision_s=0,   # the scenario's cadence
+                            max_batch=tuple(device.max_batches()),
                             min_global_batch=sc.min_global_batch,
                             run_dir=str(run_dir), seed=sc.seed, tensorboard=True)
         if spec.global_batch is not None:  # oracle@B runs at B even below the floor (before: oracle@48 ran at 64)
             cfg = replace(cfg, min_global_batch=min(cfg.min_global_batch_for(world), spec.global_batch),
                           max_batch_growth=max(1.0, spec.global_batch / (sc.base_batch * world)))
         ctl = _make_controller(spec, cfg, world, device) if rank == 0 else None
-        loop = Dynamix(model, optimizer, dataset_size=len(data), config=cfg, controller=ctl, emulator=device)
+        loop = Dynamix(model, optimizer, dataset_size=len(data), config=cfg, controller=ctl)
 
     steps_log = open(run_dir / f"rank{rank}.jsonl", "w", buffering=1 << 16)  # noqa: SIM115
     evals_log = open(run_dir / "evals.jsonl", "w", buffering=1) if rank == 0 else None  # noqa: SIM115
@@ -146,17 +148,23 @@ def main(argv: list[str] | None = None) -> int:
     while not stop:
         for idx in loop.batches(epoch):
             t0 = time.perf_counter()
-            x, y = data.x_train[idx], data.y_train[idx]
-            loss = F.cross_entropy(model(x), y)
-            loop.optimizer.zero_grad()
-            loop.backward(loss)
-            t1 = time.perf_counter()
-            loop.optimizer.step()
-            device.after_step()
             sl = getattr(loop, "current_slice", None)   # all ranks' sizes of this step
             total = int(sl.total) if sl is not None else loop.plan.global_batch
             full = total == loop.plan.global_batch       # False for an epoch's short last step
-            loop.step(loss.item())
+            x, y = data.x_train[idx], data.y_train[idx]
+            loss = F.cross_entropy(model(x), y)
+            loop.optimizer.zero_grad()
+            try:
+                device.before_backward(len(idx), time.perf_counter() - t0)   # compute padding; OOM
+                loss.backward()
+            except OutOfMemoryError:
+                if args.plain or not loop.config.oom_redo:
+                    raise
+                loop.report(oom=True)            # the hook skips the update everywhere and redoes the step
+            t1 = time.perf_counter()
+            loop.optimizer.step()                # the hook records the step and decides in here
+            device.after_step()
+            loop.report(loss=loss)
             t2 = time.perf_counter()
             step += 1
             samples += total
@@ -213,7 +221,6 @@ class _PlainLoop:
             optimizer, named_parameters=model.named_parameters())
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # type: ignore[attr-defined]
         self.n, self.seed, self.device = n, sc.seed, device  # type: ignore[attr-defined]
-        self._t = 0.0
 
     def batches(self, epoch: int):  # noqa: ANN201
         g = torch.Generator().manual_seed(self.seed + epoch)
@@ -221,14 +228,9 @@ class _PlainLoop:
         b, B = self.plan.batch_sizes[self.rank], self.plan.global_batch
         off = self.plan.offset(self.rank)
         for s in range(0, self.n - B + 1, B):
-            self._t = time.perf_counter()
             yield perm[s + off:s + off + b]
 
-    def backward(self, loss: torch.Tensor) -> None:
-        self.device.before_backward(self.plan.batch_sizes[self.rank], time.perf_counter() - self._t)
-        loss.backward()
-
-    def step(self, loss: float) -> None:
+    def report(self, loss: torch.Tensor | None = None, oom: bool = False) -> None:
         pass
 
 

@@ -18,7 +18,10 @@ def job_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
+               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1",
+               # decisions every interval_steps exactly (the jobs' steps take ~1 ms: by default the
+               # interval would stretch to min_decision_s and short test jobs would see none)
+               DYNAMIX_MIN_DECISION_S="0")
     return env
 
 

@@ -1,4 +1,5 @@
-"""The user-facing example under horovodrun and mpirun, and kill-and-resume exact-once."""
+"""The user-facing example under horovodrun (3 lines from the plain Horovod script), and
+kill-and-resume exact-once with the same loop (tests/launch/scripts/hook_job.py)."""
 from __future__ import annotations
 
 import re
@@ -8,11 +9,25 @@ from pathlib import Path
 from conftest import MPIRUN, REPO, run
 
 EXAMPLE = str(REPO / "examples" / "mnist1d_horovod.py")
+PLAIN = REPO / "examples" / "mnist1d_plain.py"
+JOB = str(REPO / "tests" / "launch" / "scripts" / "hook_job.py")
 
 
-def test_horovodrun_smoke(have_mpirun, tmp_path):
-    proc = run(["horovodrun", "-np", "2", sys.executable, EXAMPLE, "--epochs", "2", "--samples", "2000",
-                "--controller", "static", "--run-dir", str(tmp_path)])
+def test_example_is_three_lines_from_plain_horovod():
+    import difflib
+
+    a, b = PLAIN.read_text().splitlines(), Path(EXAMPLE).read_text().splitlines()
+    changed = [ln for ln in difflib.unified_diff(a, b, lineterm="", n=0)
+               if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    assert 0 < len([ln for ln in changed if ln.startswith("+")]) <= 3, changed
+    assert len([ln for ln in changed if ln.startswith("-")]) <= 3, changed
+    assert any("loss.backward()" in ln for ln in b) and any("optimizer.step()" in ln for ln in b)
+
+
+def test_horovodrun_smoke(have_mpirun, tmp_path, monkeypatch):
+    monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))      # settings reach the example through the env
+    monkeypatch.setenv("DYNAMIX_CONTROLLER", "static")
+    proc = run(["horovodrun", "-np", "2", sys.executable, EXAMPLE, "--epochs", "2", "--samples", "2000"])
     m = re.search(r"final test accuracy ([0-9.]+)", proc.stdout)
     assert m, proc.stdout[-2000:]
     assert float(m.group(1)) > 0.2          # 10 classes: well above chance after 2 epochs
@@ -37,14 +52,14 @@ def test_kill_mid_epoch_and_resume_exactly_once(have_mpirun, tmp_path):
     ck = tmp_path / "ck.pt"
     common = ["--epochs", "1", "--samples", str(samples), "--base-batch", "8", "--controller", "proportional",
               "--checkpoint", str(ck), "--checkpoint-every", "20"]
-    first = run([*MPIRUN, "-np", str(world), sys.executable, "-m", "mpi4py", EXAMPLE, *common,
+    first = run([*MPIRUN, "-np", str(world), sys.executable, "-m", "mpi4py", JOB, *common,
                  "--seen-log", str(tmp_path / "run1"), "--die-at-step", "55"], check=False, timeout=240)
     assert first.returncode != 0, "rank 1 was SIGKILLed: the job must end with an error, not succeed"
     assert ck.exists()
     import torch
     resumed_at = torch.load(ck, weights_only=False)["dynamix"]["sampler"]["step"]
     assert resumed_at == 40
-    run([*MPIRUN, "-np", str(world), sys.executable, "-m", "mpi4py", EXAMPLE, *common,
+    run([*MPIRUN, "-np", str(world), sys.executable, "-m", "mpi4py", JOB, *common,
          "--seen-log", str(tmp_path / "run2")], timeout=240)
     before = _seen(tmp_path / "run1", world, before_step=resumed_at)
     after = _seen(tmp_path / "run2", world)
@@ -58,10 +73,10 @@ def test_resume_on_fewer_workers_exactly_once(have_mpirun, tmp_path):
     ck = tmp_path / "ck.pt"
     common = ["--epochs", "1", "--samples", str(samples), "--base-batch", "8", "--controller", "static",
               "--checkpoint", str(ck), "--checkpoint-every", "20"]
-    first = run([*MPIRUN, "-np", "3", sys.executable, "-m", "mpi4py", EXAMPLE, *common,
+    first = run([*MPIRUN, "-np", "3", sys.executable, "-m", "mpi4py", JOB, *common,
                  "--seen-log", str(tmp_path / "run1"), "--die-at-step", "30"], check=False, timeout=240)
     assert first.returncode != 0
-    run([*MPIRUN, "-np", "2", sys.executable, "-m", "mpi4py", EXAMPLE, *common, "--allow-resize",
+    run([*MPIRUN, "-np", "2", sys.executable, "-m", "mpi4py", JOB, *common, "--allow-resize",
          "--seen-log", str(tmp_path / "run2")], timeout=240)
     before = _seen(tmp_path / "run1", 3, before_step=20)
     after = _seen(tmp_path / "run2", 2)
@@ -70,10 +85,12 @@ def test_resume_on_fewer_workers_exactly_once(have_mpirun, tmp_path):
     assert all(s > 0 for s in sizes)
 
 
-def test_gloo_controller_uses_horovod_collectives(have_mpirun, tmp_path):
+def test_gloo_controller_uses_horovod_collectives(have_mpirun, tmp_path, monkeypatch):
     """Under horovodrun --gloo (no MPI underneath) plans travel over Horovod's own ops."""
+    monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("DYNAMIX_CONTROLLER", "proportional")
     proc = run(["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, EXAMPLE, "--epochs", "1",
-                "--samples", "2000", "--controller", "proportional", "--run-dir", str(tmp_path)])
+                "--samples", "2000"])
     assert "final test accuracy" in proc.stdout
     lines = (tmp_path / "events.jsonl").read_text().splitlines()
     assert len(lines) >= 2   # 25 steps, a decision every 10 (mpi4py here would see a world of 1 and fail)

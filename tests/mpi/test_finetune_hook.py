@@ -33,7 +33,7 @@ def test_finetune_through_hook_and_checkpoint(comm):
     run_dir = comm.bcast(tempfile.mkdtemp(prefix="dynamix_ft_") if rank == 0 else None, root=0)
     x, y = make_data(n=1200)
     model = make_model()
-    cfg = DynamixConfig(base_batch=16, interval_steps=2, max_batch=64, controller="ppo", finetune=True,
+    cfg = DynamixConfig(base_batch=16, interval_steps=2, min_decision_s=0, max_batch=64, controller="ppo", finetune=True,
                         finetune_steps=3, collector=False, tensorboard=False, run_dir=run_dir,
                         guard_patience=10**6)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)

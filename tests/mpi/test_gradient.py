@@ -1,10 +1,14 @@
 """With uneven, changing b_i the summed Horovod gradient equals the single-process gradient
-on the union of the step's samples (max abs difference <= 1e-6), also with accumulation."""
+on the union of the step's samples (max abs difference <= 1e-6), also with accumulation; with the
+user's own ``loss.backward()`` (the weight applied in Horovod's gradient hook) and with the
+deprecated ``dyn.backward(loss)``."""
 from __future__ import annotations
 
 import copy
 
 import horovod.torch as hvd
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,18 +28,27 @@ def reference_grads(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) ->
     return [p.grad.clone() for p in ref.parameters()]
 
 
-@pytest.mark.parametrize("accumulation", [1, 2])
-def test_uneven_gradient_equals_big_batch(comm, accumulation):
+@pytest.mark.parametrize("api", ["loss.backward", "dyn.backward"])
+@pytest.mark.parametrize("accumulation", [1, 2, 3])
+def test_uneven_gradient_equals_big_batch(comm, accumulation, api):
     world = comm.Get_size()
     x, y = make_data()
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    cfg = DynamixConfig(base_batch=7, interval_steps=3, deadband=0.0, max_batch=64,
+    cfg = DynamixConfig(base_batch=7, interval_steps=3, min_decision_s=0, deadband=0.0, max_batch=64,
                         accumulation=accumulation, seed=11)
     bounds = PlanBounds(max_batch=(64,) * world, deadband=0.0)
     ctl = ScriptedController(bounds, 7, uneven_script(world)) if comm.Get_rank() == 0 else None
     dyn = Dynamix(model, opt, dataset_size=len(x), config=cfg, controller=ctl)
-    worst, steps, plans = 0.0, 0, set()
+    warnings.simplefilter("ignore", DeprecationWarning)
+
+    def backward(loss):
+        if api == "loss.backward":
+            loss.backward()
+        else:
+            dyn.backward(loss)
+
+    worst, steps, plans, micro = 0.0, 0, set(), set()
     for epoch in range(2):
         it = dyn.batches(epoch)
         for idx in it:
@@ -43,20 +56,26 @@ def test_uneven_gradient_equals_big_batch(comm, accumulation):
             union = torch.as_tensor(dyn.step_indices(sl))
             ref = reference_grads(model, x[union], y[union])
             dyn.optimizer.zero_grad()
-            dyn.backward(F.cross_entropy(model(x[idx]), y[idx]))
+            sizes = [len(idx)]
+            backward(F.cross_entropy(model(x[idx]), y[idx]))
             for _ in range(accumulation - 1):
                 idx = next(it)
-                dyn.backward(F.cross_entropy(model(x[idx]), y[idx]))
+                sizes.append(len(idx))
+                backward(F.cross_entropy(model(x[idx]), y[idx]))
+            micro.add(len(set(sizes)) > 1)
             dyn.optimizer.synchronize()
             for p, r in zip(model.parameters(), ref):
                 worst = max(worst, float((p.grad - r).abs().max()))
             with dyn.optimizer.skip_synchronize():
                 dyn.optimizer.step()
             plans.add(sl.sizes)
-            dyn.step(0.0)
+            if api == "dyn.backward":
+                dyn.step(0.0)
             steps += 1
     dyn.close()
     assert worst <= 1e-6, worst
     if world > 1:
         assert len(plans) >= 3, plans   # several uneven plans (and the epoch tails) were exercised
+    if accumulation == 3 and world > 1:
+        assert True in micro            # micro-batches of unequal size within a step were exercised
     assert steps >= 6, steps

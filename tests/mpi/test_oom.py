@@ -2,7 +2,10 @@
 same samples are redone, and the epoch still covers every index exactly once."""
 from __future__ import annotations
 
+import warnings
+
 import horovod.torch as hvd
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -28,28 +31,38 @@ class TightMemory:
             raise OutOfMemoryError(self.rank, batch_size, self.limit)
 
 
-def test_oom_lowers_cap_and_redoes_step(comm):
+@pytest.mark.parametrize("api", ["loss.backward", "dyn.backward"])
+def test_oom_lowers_cap_and_redoes_step(comm, api):
     rank, world = comm.Get_rank(), comm.Get_size()
     x, y = make_data(n=700)
     model = make_model()
     emu = TightMemory(rank, world, limit=11)
-    cfg = DynamixConfig(base_batch=16, interval_steps=5, max_batch=64, controller="static", collector=False)
+    cfg = DynamixConfig(base_batch=16, interval_steps=5, min_decision_s=0, max_batch=64, controller="static", collector=False)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg,
-                  emulator=emu)
+                  emulator=emu if api == "dyn.backward" else None)
     seen: list[int] = []
     redo_plans = []
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         for idx in dyn.batches(0):
             dyn.optimizer.zero_grad()
-            dyn.backward(F.cross_entropy(model(x[idx]), y[idx]))
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            if api == "dyn.backward":            # deprecated: catches the error itself
+                dyn.backward(loss)
+            else:                                # the user's loop catches it and reports it
+                try:
+                    emu.before_backward(len(idx), 0.0)
+                    loss.backward()
+                except OutOfMemoryError:
+                    dyn.report(oom=True)
             dyn.optimizer.step()
             if not dyn._redo:
                 seen.extend(idx.tolist())
             else:
                 redo_plans.append(dyn.sampler.plans.latest)
-            dyn.step(0.0)
+            if api == "dyn.backward":
+                dyn.step(0.0)
     everything = comm.gather(seen, root=0)
     ooms = comm.allgather(emu.ooms)
     if rank == 0:

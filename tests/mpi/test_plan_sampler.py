@@ -23,7 +23,7 @@ def build(comm, **kw):
     world = comm.Get_size()
     x, y = make_data(n=503)
     model = make_model()
-    cfg = DynamixConfig(base_batch=9, interval_steps=2, deadband=0.0, max_batch=64, seed=3, **kw)
+    cfg = DynamixConfig(base_batch=9, interval_steps=2, min_decision_s=0, deadband=0.0, max_batch=64, seed=3, **kw)
     bounds = PlanBounds(max_batch=(64,) * world, deadband=0.0)
     ctl = ScriptedController(bounds, 9, uneven_script(world, 6)) if comm.Get_rank() == 0 else None
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg, controller=ctl)
@@ -101,7 +101,7 @@ def test_controller_fault_keeps_plan_then_falls_back(comm, tmp_path_factory):
     run_dir = comm.bcast(str(tmp_path_factory.mktemp("run")) if comm.Get_rank() == 0 else None)
     bounds = PlanBounds(max_batch=(64,) * world)
     ctl = FaultyController(bounds, 8, [[8] * world]) if comm.Get_rank() == 0 else None
-    cfg = DynamixConfig(base_batch=8, interval_steps=2, fallback_controller="static", run_dir=run_dir)
+    cfg = DynamixConfig(base_batch=8, interval_steps=2, min_decision_s=0, fallback_controller="static", run_dir=run_dir)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg,
                   controller=ctl)
     with pytest.warns(RuntimeWarning) if comm.Get_rank() == 0 else _nullcontext():

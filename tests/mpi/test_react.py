@@ -1,5 +1,5 @@
 """Early decisions: when the last rank's compute time jumps mid-interval, every rank takes a
-decision together a few steps later (the flag rides on the per-step allgather), the decision
+decision together a few steps later (the flag rides beside the gradient allreduce), the decision
 record names the flagging ranks, and no sample is skipped or seen twice."""
 from __future__ import annotations
 
@@ -41,15 +41,18 @@ def _run(comm, tmp_path_factory, react: bool):
     model = make_model()
     cfg = DynamixConfig(base_batch=16, interval_steps=K, max_batch=64, controller="proportional", collector=False,
                         run_dir=run_dir, tensorboard=False, react=react)
-    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg,
-                  emulator=SlowsDown(rank, world))
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
+    emu = SlowsDown(rank, world)
+    optimizer = dyn.optimizer
     seen: list[int] = []
     for idx in dyn.batches(0):
-        dyn.optimizer.zero_grad()
-        dyn.backward(F.cross_entropy(model(x[idx]), y[idx]))
-        dyn.optimizer.step()
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        optimizer.zero_grad()
+        emu.before_backward(len(idx), time.perf_counter() - t0)
+        loss.backward()
+        optimizer.step()
         seen.extend(idx.tolist())
-        dyn.step(0.0)
         if dyn.step_count >= K + 2:
             break
     plan = dyn.plan

@@ -1,0 +1,119 @@
+"""Noise-scale estimate from sampled steps against the every-step estimate, on the shipped workloads.
+
+    mpirun --allow-run-as-root --oversubscribe -np 4 .venv/bin/python -m mpi4py \
+        benchmarks/bench_gns_sampling.py [--workloads mnist1d_mlp,...] [--steps 400] [--every 2,5,10]
+
+One real Horovod training run per workload (the hook, static controller, per-rank batch 32, Adam at
+the workload's LR, a decision every ``--interval`` steps) with gradient statistics taken on every
+step (``gns_every=1``); each step's per-rank |weighted local gradient|^2 and rank 0's |G|^2 are
+recorded. The training does not depend on the statistics, so sampling them every k-th step (plus
+the last step of each decision interval, as the hook does with ``gns_every=k``) can be replayed
+exactly from the same record: per interval the mean of ``stats.gns_step_estimates`` over the
+steps taken, into the same EMA (``NoiseScaleEstimator``). Prints, per workload and k, the
+relative difference of the sampled noise scale to the every-step one at each decision after the
+first ``--skip`` (median and max) and at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+
+import horovod.torch as hvd
+import torch
+import torch.nn.functional as F
+
+from dynamix_hvd import Dynamix, workloads
+from dynamix_hvd.stats import NoiseScaleEstimator, gns_step_estimates
+
+
+def record(name: str, steps: int, interval: int, batch: int) -> list[tuple[int, int, list[float], float]]:
+    """(step, T, per-rank c_i = (T/n_i)|weighted local|^2, |G|^2) per step, on rank 0."""
+    model, data = workloads.build(name, seed=0)
+    opt = torch.optim.Adam(model.parameters(), lr=workloads.get_workload(name).lr)
+    dyn = Dynamix(model, opt, dataset_size=len(data), base_batch=batch, interval_steps=interval, gns_every=1,
+                  collector=False, bn_min_batch=1)
+    rows: list[tuple[int, int, float, float]] = []
+    gns = dyn.gns
+    orig = gns.finish
+
+    def finish(total: int, n_local: int, reduced: object) -> None:
+        sq = float(torch.stack(gns._norms).square().sum()) if gns._norms else math.nan   # noqa: SLF001
+        g = float(torch.stack(torch._foreach_norm(list(reduced))).square().sum()) if reduced is not None else math.nan
+        rows.append((dyn.step_count, total, (total / n_local) * sq, g))
+        orig(total, n_local, reduced)
+
+    gns.finish = finish  # type: ignore[method-assign]
+    epoch = 0
+    while dyn.step_count < steps:
+        for idx in dyn.batches(epoch):
+            loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+            dyn.optimizer.zero_grad()
+            loss.backward()
+            dyn.optimizer.step()
+            if dyn.step_count >= steps:
+                break
+        epoch += 1
+    dyn._pending.clear()   # noqa: SLF001 - the epoch's iterator is abandoned on purpose
+    dyn.close()
+    mine = torch.tensor([[r[0], r[1], r[2], r[3]] for r in rows], dtype=torch.float64)
+    allr = hvd.allgather(mine.unsqueeze(0), name=f"gns.{name}")   # (world, steps, 4)
+    out = []
+    for t in range(allr.shape[1]):
+        step, T = int(allr[0, t, 0]), int(allr[0, t, 1])
+        out.append((step, T, [float(allr[r, t, 2]) for r in range(allr.shape[0])], float(allr[0, t, 3])))
+    return out
+
+
+def replay(rows: list[tuple[int, int, list[float], float]], interval: int, every: int, beta: float) -> list[float]:
+    """The noise scale after each decision when statistics are taken on the sampled steps."""
+    est = NoiseScaleEstimator(beta=beta)
+    out, s_acc, g_acc, n = [], 0.0, 0.0, 0
+    for step, T, cs, g in rows:
+        if every == 1 or (step + 1) % every == 0 or (step + 1) % interval == 0:
+            s, g2 = gns_step_estimates(sum(cs), g, T, len(cs))
+            if math.isfinite(s):
+                s_acc, g_acc, n = s_acc + s, g_acc + g2, n + 1
+        if (step + 1) % interval == 0:
+            if n:
+                est.update(s_acc / n, g_acc / n)
+            out.append(est.noise_scale)
+            s_acc, g_acc, n = 0.0, 0.0, 0
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", default=",".join(workloads.WORKLOADS))
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--interval", type=int, default=10)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--every", default="2,5,10")
+    p.add_argument("--skip", type=int, default=5, help="decisions before the EMA has settled, not compared")
+    args = p.parse_args()
+    hvd.init()
+    torch.set_num_threads(1)
+    if hvd.rank() == 0:
+        print(f"ranks {hvd.size()}, {args.steps} steps, decision every {args.interval}, per-rank batch {args.batch}")
+    for name in args.workloads.split(","):
+        rows = record(name, args.steps, args.interval, args.batch)
+        if hvd.rank() != 0:
+            continue
+        full = replay(rows, args.interval, 1, 0.9)
+        for k in (int(e) for e in args.every.split(",")):
+            samp = replay(rows, args.interval, k, 0.9)
+            rel = [abs(a / b - 1.0) for a, b in zip(samp[args.skip:], full[args.skip:])
+                   if math.isfinite(a) and math.isfinite(b) and b > 0]
+            if not rel:
+                print(f"{name:16s} every {k:2d}: no finite estimates")
+                continue
+            print(f"{name:16s} every {k:2d}: |sampled/every-step - 1| median {statistics.median(rel):.3f} "
+                  f"max {max(rel):.3f} over {len(rel)} decisions; final {samp[-1]:.1f} vs {full[-1]:.1f} "
+                  f"({samp[-1] / full[-1] - 1:+.3f})", flush=True)
+    if hvd.rank() == 0:
+        print("reproduce: mpirun --allow-run-as-root --oversubscribe -np 4 .venv/bin/python -m mpi4py "
+              "benchmarks/bench_gns_sampling.py")
+
+
+if __name__ == "__main__":
+    main()

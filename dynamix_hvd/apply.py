@@ -1,0 +1,117 @@
+"""Apply: what every rank does to its training step under a plan.
+
+``Weighting``   the loss weight n_i/T, applied in Horovod's own gradient hook: a compression
+                wrapper whose ``compress`` runs right before each gradient's allreduce. It
+                scales ``p.grad`` in place (the rank's own accumulated buffer, which Horovod then
+                reduces in place), takes the local norm on sampled steps, and, when the last
+                gradient of the step is handed to Horovod, hands it the flag vector too
+                (``StepFlags``), so the flags travel with the gradients in the same cycle.
+                Micro-batches of one step with different weights: before micro-batch j > 0
+                the gradient accumulated so far is rescaled by w_{j-1}/w_j (only when they
+                differ), so the single scale at the end gives sum_j w_j g_j exactly.
+``StepFlags``   out-of-memory batch and early-decision flag of every rank, summed with
+                ``hvd.allreduce_async_`` beside the gradients; read in ``optimizer.step()``
+                before the update is applied. No extra collective of its own per step.
+``oom_replan``  lower the caps of the ranks that ran out of memory and re-split the same step.
+``apply_lr``    the LR rule for the plan in force.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from dynamix_hvd.data import PlanLog, StepSlice
+from dynamix_hvd.lr import LRScaler, lr_factor
+from dynamix_hvd.plan import Plan, PlanBounds, split_global
+from dynamix_hvd.wire import flag_slots, read_flags, set_flags
+
+
+class StepFlags:
+    """The per-step flag vector (wire.py layout), allreduced (sum) beside the gradients."""
+
+    def __init__(self, hvd: Any, rank: int, world: int) -> None:
+        self.hvd, self.rank, self.world = hvd, rank, world
+        self._tensor = torch.zeros(flag_slots(world), dtype=torch.float32)
+        self._np = self._tensor.numpy()
+        self._handle: Any = None
+
+    @property
+    def pending(self) -> bool:
+        return self._handle is not None
+
+    def submit(self, oom_batch: int, react: int) -> None:
+        if self._handle is not None:
+            return
+        set_flags(self._np, self.rank, self.world, oom_batch, react)
+        self._handle = self.hvd.allreduce_async_(self._tensor, name="dynamix.flags", op=self.hvd.Sum)
+
+    def wait(self) -> tuple[np.ndarray, list[int] | None]:
+        """(oom batch per rank, ranks asking for an early decision or None)."""
+        if self._handle is None:
+            raise RuntimeError("dynamix: the step's flags were never submitted")
+        self.hvd.synchronize(self._handle)
+        self._handle = None
+        return read_flags(self._np, self.world)
+
+
+class Weighting:
+    """Horovod compression wrapper applying the n_i/T weight (see the module docstring)."""
+
+    def __init__(self, inner: Any, n_params: int, scale: Callable[[], float],
+                 on_local: Callable[[torch.Tensor], None] | None, last: Callable[[], None] | None) -> None:
+        self.inner = inner            # the user's compression (Compression.none by default)
+        self.n_params = n_params      # gradients Horovod reduces per step
+        self.scale = scale            # the weight to apply now (float)
+        self.on_local = on_local      # sampled-step norm capture, or None
+        self.last = last              # called once all gradients of the step are submitted
+        self.seen = 0                 # gradients handed to Horovod in this step
+
+    def reset(self) -> None:
+        self.seen = 0
+
+    def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        w = self.scale()
+        if w != 1.0:
+            tensor.mul_(w)
+        if self.on_local is not None:
+            self.on_local(tensor)
+        self.seen += 1
+        if self.seen == self.n_params and self.last is not None:
+            self.last()
+        return self.inner.compress(tensor)
+
+    def decompress(self, tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return self.inner.decompress(tensor, ctx)
+
+
+def rescale_accumulated(params: list[torch.nn.Parameter], factor: float) -> None:
+    """Gradient accumulation with micro-batches of different weights (see the module docstring)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads and factor != 1.0:
+        torch._foreach_mul_(grads, factor)
+
+
+def scale_local(params: list[torch.nn.Parameter], w: float) -> None:
+    """One rank without Horovod's hooks (world size 1): apply the weight before the update."""
+    rescale_accumulated(params, w)
+
+
+def oom_replan(oom: np.ndarray, bounds: PlanBounds, plans: PlanLog, sl: StepSlice,
+               quantum: int) -> tuple[PlanBounds, Plan]:
+    """Caps of the ranks that ran out of memory lowered 10% (at least a quantum) below the
+    batch that failed; the same step re-split under the new caps, same global batch where
+    they allow. Pure."""
+    for r in np.flatnonzero(oom > 0):
+        b = int(oom[r])
+        lowered = ((b - max(quantum, int(np.ceil(0.1 * b)))) // quantum) * quantum
+        bounds = bounds.with_max(int(r), min(bounds.max_batch[r], lowered))
+    old = plans.at(sl.step)
+    sizes = split_global(old.global_batch, old.batch_sizes, bounds)
+    return bounds, Plan(plans.latest.version + 1, tuple(sizes), sl.step)
+
+
+def apply_lr(scaler: LRScaler, optimizer: Any, rule: str, plan: Plan, base_global_batch: int,
+             s_ema: float, g2_ema: float) -> None:
+    scaler.apply(optimizer, lr_factor(rule, plan.global_batch, base_global_batch, s_ema, g2_ema))

@@ -1,0 +1,161 @@
+"""Decide: rank 0's decision, from the gathered rows to the next plan. No MPI, no torch: pure
+enough to run and test on its own (tests/unit/test_decide.py).
+
+    rows (one per rank)  ->  GlobalStats (noise scale, loss trend, throughput)  ->  ClusterState
+    ->  goodput guard (falls back after bad decisions)  ->  controller.decide
+    ->  per-decision move limits (safety.limit_proposal)  ->  plan.next_plan (bounds, quantum,
+        deadband)  ->  (next plan, decision record with the controller's reason)
+
+A controller that raises never stops training: the plan stays, and after repeated faults the
+fallback controller takes over (logged as an event and a warning).
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.controllers import Controller, make_controller
+from dynamix_hvd.plan import Plan, PlanBounds, next_plan
+from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
+from dynamix_hvd.safety import ControllerErrors, GoodputGuard, MoveLimits, limit_proposal, unexplained_slowdown
+from dynamix_hvd.stats import NoiseScaleEstimator, Trend, statistical_efficiency
+
+
+def _moves(proposed: Sequence[float], current: Plan) -> bool:
+    return len(proposed) != current.world_size or any(
+        abs(float(p) - b) > 1e-9 for p, b in zip(proposed, current.batch_sizes))
+
+
+class Decider:
+    """Rank 0's controller with its guards, trends and the memory of the last decision."""
+
+    def __init__(self, config: DynamixConfig, bounds: PlanBounds, base_global_batch: int,
+                 controller: Controller | None = None, log_event: Callable[[dict], None] | None = None,
+                 say: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.bounds = bounds
+        self.base_global_batch = base_global_batch
+        self.log_event = log_event or (lambda e: None)
+        self.say = say if say is not None else (lambda s: sys.stderr.write(s + "\n"))
+        self.controller = controller or self.build_controller()
+        self.loss_trend = Trend()
+        self.var_trend = Trend()
+        self.errors = ControllerErrors()
+        self.guard = GoodputGuard(drop=config.guard_drop, patience=config.guard_patience)
+        self.limits = MoveLimits(max_rank_change=config.max_rank_change, max_global_change=config.max_global_change)
+        self.changed_last = False
+        self.prev_state: ClusterState | None = None    # the last decision's state (the guard's reference)
+        self.last_action: np.ndarray | None = None
+
+    def build_controller(self) -> Controller:
+        """The configured controller; if it cannot be built (e.g. a missing or corrupt policy
+        file) the fallback controller, named in a warning and the event log."""
+        cfg = self.config
+        try:
+            return make_controller(cfg.controller, self.bounds, cfg.base_batch, **cfg.controller_options())
+        except Exception as exc:  # noqa: BLE001 - any build failure: run on the fallback
+            if cfg.controller == cfg.fallback_controller:
+                raise
+            warnings.warn(f"dynamix: controller {cfg.controller!r} could not be built ({exc}); "
+                          f"using the fallback controller {cfg.fallback_controller!r}", RuntimeWarning, stacklevel=4)
+            self.log_event({"step": 0, "fallback": {"from": cfg.controller, "to": cfg.fallback_controller,
+                                                    "reason": str(exc)}})
+            return make_controller(cfg.fallback_controller, self.bounds, cfg.base_batch)
+
+    def update_bounds(self, bounds: PlanBounds) -> None:
+        self.bounds = bounds
+        self.controller.update_bounds(bounds)
+
+    # ---------------------------------------------------------------------------------------
+    def global_stats(self, step: int, noise: NoiseScaleEstimator, loss: float, samples_per_s: float) -> GlobalStats:
+        return GlobalStats(step=step + 1, noise_scale=noise.noise_scale, loss=loss,
+                           noise_scale_rel_err=noise.rel_err, noise_scale_stable=noise.stable,
+                           loss_trend=self.loss_trend.update(loss),
+                           grad_var_trend=self.var_trend.update(noise.grad_variance),
+                           samples_per_s=samples_per_s)
+
+    def decide(self, workers: Sequence[WorkerStats], glob: GlobalStats, current: Plan, start_step: int,
+               record: dict[str, Any]) -> Plan:
+        """The plan from ``start_step`` on (``current`` itself when it stays); fills ``record``."""
+        state = ClusterState(plan=current, workers=list(workers), glob=glob, last_action=self.last_action)
+        t0 = time.perf_counter()
+        proposal, proposed = self._propose(state, current, start_step, record)
+        finetune = getattr(self.controller, "finetune_info", lambda: None)()
+        if finetune is not None:   # online PPO fine-tuning (config.finetune): counters + the reward
+            record.update(finetune=finetune, reward=finetune.get("reward"))
+        record.update({"controller": self.controller.name, "decide_ms": 1e3 * (time.perf_counter() - t0),
+                       "plan": list(current.batch_sizes), "proposed": [float(x) for x in proposed],
+                       "next_plan": proposal.to_dict(), "glob": glob, "workers": list(workers)})
+        # (dataclasses: the log's writer thread converts them, off the training loop)
+        return proposal
+
+    def applied(self, new: Plan, old: Plan) -> None:
+        """After the broadcast: the action the controller sees as ``last_action`` next time."""
+        self.last_action = np.asarray(new.batch_sizes, dtype=float) - np.asarray(old.batch_sizes, dtype=float)
+
+    def _propose(self, state: ClusterState, current: Plan, start_step: int,
+                 record: dict[str, Any]) -> tuple[Plan, Any]:
+        goodput = state.glob.samples_per_s * statistical_efficiency(
+            current.global_batch, self.base_global_batch, state.glob.noise_scale)
+        slowdown = unexplained_slowdown(self.prev_state, state)
+        self.prev_state = state
+        if math.isfinite(slowdown):
+            record["cluster_slowdown"] = slowdown
+        revert_B = math.nan
+        if self.controller.guarded and self.guard.observe(goodput, self.changed_last, slowdown,
+                                                          float(current.global_batch)):
+            self.fall_back(record, f"goodput fell more than {self.config.guard_drop:.0%} for "
+                                   f"{self.config.guard_patience} intervals after {self.controller.name} decisions")
+            # undo the decisions that lost the goodput: the fallback starts from the global batch the
+            # guard's reference level was measured at (the fallback keeps the global batch it is given)
+            revert_B = self.guard.baseline_B
+            record["fallback"]["global_batch"] = revert_B
+        try:
+            proposed = self.controller.decide(state)
+            total = float(sum(proposed))
+            if math.isfinite(revert_B) and revert_B > 0 and total > 0:
+                proposed = [float(x) * revert_B / total for x in proposed]
+            notes: list[str] = []
+            # (a proposal of the current sizes has nothing to limit: skip the 0.5 ms of limit_proposal)
+            if not self.controller.exact and _moves(proposed, current):
+                proposed, notes = limit_proposal(state, proposed, self.limits, self.bounds.min_batch)
+            proposal = next_plan(current, proposed, self.bounds, start_step)
+            record["reason"] = "; ".join([r for r in (getattr(self.controller, "last_reason", None),) if r]
+                                         + notes) or None
+            if proposal is not current:
+                self.say(f"dynamix: step {record.get('step', start_step)}: plan {list(current.batch_sizes)} -> "
+                         f"{list(proposal.batch_sizes)} ({self.controller.name}): {record['reason']}")
+            self.errors.ok()
+        except Exception as exc:  # noqa: BLE001 - a controller fault must not stop training
+            warnings.warn(f"dynamix: controller {self.controller.name!r} failed: {exc!r}; plan unchanged",
+                          RuntimeWarning, stacklevel=4)
+            record["controller_error"] = repr(exc)
+            record["reason"] = getattr(self.controller, "last_reason", None)
+            if self.errors.failed():
+                self.fall_back(record, f"controller raised {self.errors.max_errors} times in a row: {exc!r}")
+            proposed, proposal = list(current.batch_sizes), current
+        self.changed_last = proposal is not current
+        record["goodput"] = goodput
+        return proposal, proposed
+
+    def fall_back(self, record: dict[str, Any], reason: str) -> None:
+        old = self.controller.name
+        self.controller = make_controller(self.config.fallback_controller, self.bounds, self.config.base_batch)
+        self.errors.ok()
+        record["fallback"] = {"from": old, "to": self.controller.name, "reason": reason}
+        warnings.warn(f"dynamix: falling back from {old!r} to {self.controller.name!r}: {reason}",
+                      RuntimeWarning, stacklevel=4)
+
+    # ---------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return self.controller.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state is not None:
+            self.controller.load_state_dict(state)

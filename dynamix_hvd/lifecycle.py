@@ -1,0 +1,216 @@
+"""Lifecycle: what happens around training rather than in a step. Bounds for a world size, the
+BatchNorm floor, the metric collector (at low priority), the abort-on-uncaught-exception hook
+(installed by the constructor, restored by ``close()``), and checkpoint save / load.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from dynamix_hvd import checkpoint as ckpt
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.data import PlanLog
+from dynamix_hvd.errors import DynamixError
+from dynamix_hvd.measure import GradNoise
+from dynamix_hvd.observe import EpochProgress, RunLogger
+from dynamix_hvd.plan import Plan, PlanBounds, split_global
+from dynamix_hvd.stats import Trend
+
+
+def bounds_for_world(cfg: DynamixConfig, world: int, model: torch.nn.Module | None = None) -> PlanBounds:
+    """Bounds from the config for ``world`` ranks (per-rank caps given for another world size
+    fall back to their largest value on every rank); the minimum local batch is raised to
+    ``bn_min_batch`` when the model has (non-synchronised) BatchNorm layers."""
+    caps = cfg.max_batch
+    if isinstance(caps, tuple) and len(caps) != world:
+        caps = max(caps)
+    caps = caps if isinstance(caps, tuple) else (caps,) * world
+    floor = cfg.min_global_batch_for(world)
+    cap = cfg.max_global_batch_for(world)
+    floor = min(floor, sum(caps), cap or floor)
+    min_batch = cfg.min_batch
+    if model is not None and has_local_batchnorm(model):
+        min_batch = max(min_batch, min(cfg.bn_min_batch, cfg.base_batch, min(caps)))
+    return PlanBounds(max_batch=caps, min_batch=min_batch, quantum=cfg.quantum,
+                      max_global_batch=cap, min_global_batch=floor, deadband=cfg.deadband)
+
+
+def has_local_batchnorm(model: torch.nn.Module) -> bool:
+    """BatchNorm layers whose statistics come from the local batch only (not SyncBatchNorm)."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    sync_types: tuple[type, ...] = (torch.nn.SyncBatchNorm,)
+    try:
+        import horovod.torch as hvd
+
+        sync_types += (hvd.SyncBatchNorm,)
+    except (ImportError, AttributeError):  # pragma: no cover - Horovod is a dependency of the hook
+        pass
+    return any(isinstance(m, _BatchNorm) and not isinstance(m, sync_types) for m in model.modules())
+
+
+def warn_batchnorm(model: torch.nn.Module, bounds: PlanBounds, rank: int) -> None:
+    if rank == 0 and has_local_batchnorm(model):
+        warnings.warn(f"dynamix: the model has BatchNorm layers with per-rank statistics; the smallest local "
+                      f"batch is raised to {bounds.min_batch} (bn_min_batch). Use hvd.SyncBatchNorm for "
+                      "statistics over the global batch.", RuntimeWarning, stacklevel=3)
+
+
+def start_collector(period_ms: int, rank: int) -> Any:
+    """The native NIC/CPU/memory sampler at the lowest CPU priority (nice 19 on its own thread,
+    so it never competes with training); None (one warning) when it cannot run here."""
+    try:
+        from dynamix_hvd.metrics import Collector, CollectorConfig
+
+        before = _thread_ids()
+        collector = Collector(CollectorConfig(period_s=period_ms / 1000.0)).start()
+        for tid in _thread_ids() - before:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, 19)   # Linux: a thread id renices that thread
+            except OSError:
+                pass
+        return collector
+    except Exception as exc:  # noqa: BLE001 - metrics are optional, training is not
+        warnings.warn(f"dynamix: native metric collector unavailable on rank {rank} ({exc}); "
+                      "NIC/CPU/memory/allreduce metrics will be absent", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _thread_ids() -> set[int]:
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+class AbortOnUncaught:
+    """An uncaught exception on any rank prints the rank and the error, then aborts the whole
+    MPI job (as ``python -m mpi4py`` does), so the other ranks never hang in a collective.
+    ``restore()`` puts the previous ``sys.excepthook`` back (``Dynamix.close()``)."""
+
+    def __init__(self, rank: int, world: int, abort: Callable[[int], None]) -> None:
+        self.previous = sys.excepthook
+        self.installed = False
+        if getattr(self.previous, "_dynamix", False):
+            return
+
+        previous = self.previous
+
+        def hook(etype: type[BaseException], value: BaseException, tb: Any) -> None:
+            sys.stderr.write(f"dynamix: rank {rank} of {world} failed with {etype.__name__}: {value}; "
+                             "aborting the job\n")
+            previous(etype, value, tb)
+            sys.stderr.flush()
+            abort(1)
+
+        hook._dynamix = True  # type: ignore[attr-defined]
+        self.hook = hook
+        sys.excepthook = hook
+        self.installed = True
+
+    def restore(self) -> None:
+        if self.installed and sys.excepthook is self.hook:
+            sys.excepthook = self.previous
+        self.installed = False
+
+
+def hook_state(dyn: Any) -> dict[str, Any]:
+    """The hook's part of a checkpoint (``Dynamix.state_dict()``)."""
+    d = dyn._decider
+    return {
+        "version": 1, "world_size": dyn.world, "config": dyn.config.to_dict(),
+        "sampler": dyn.sampler.state_dict(dyn.local.consumed),
+        "noise": dyn.local.gns.estimator.state_dict(),
+        "loss_trend": (d.loss_trend if d else Trend()).state_dict(),
+        "var_trend": (d.var_trend if d else Trend()).state_dict(), "lr_factor": dyn.lr.factor,
+        "max_batch": list(dyn.bounds.max_batch),
+        "controller": d.state_dict() if d is not None else None,
+    }
+
+
+def restore_hook_state(dyn: Any, state: dict[str, Any], allow_resize: bool) -> None:
+    """``Dynamix.load_state_dict``: position, plans, estimators, LR factor, controller."""
+    resized = state.get("world_size") != dyn.world
+    if resized and not allow_resize:
+        raise DynamixError(f"checkpoint was written by {state.get('world_size')} ranks; this job has "
+                           f"{dyn.world} (resize through the elastic path instead)")
+    dyn.sampler.load_state_dict(state["sampler"])
+    dyn.local.consumed = {k: int(state["sampler"][k]) for k in ("epoch", "cursor", "step")}
+    dyn.local.gns.estimator.load_state_dict(state["noise"])
+    if dyn._decider is not None:
+        dyn._decider.loss_trend.load_state_dict(state["loss_trend"])
+        dyn._decider.var_trend.load_state_dict(state["var_trend"])
+    dyn.lr.factor = float(state["lr_factor"])
+    dyn.local.reset()
+    if resized:
+        adapt_to_world(dyn)
+        return
+    dyn.bounds = dataclasses.replace(dyn.bounds, max_batch=tuple(state["max_batch"]))
+    if dyn._decider is not None and state.get("controller") is not None:
+        dyn._decider.update_bounds(dyn.bounds)
+        dyn._decider.load_state_dict(state["controller"])
+
+
+def adapt_to_world(dyn: Any) -> None:
+    """Re-plan for the current world size (``Dynamix.adapt_to_world``)."""
+    cfg, loc = dyn.config, dyn.local
+    dyn.bounds = bounds_for_world(cfg, dyn.world, dyn.model)
+    old = dyn.sampler.plans.latest
+    sizes = split_global(old.global_batch, [1.0] * dyn.world, dyn.bounds)
+    if old.world_size != dyn.world or tuple(sizes) != old.batch_sizes:
+        dyn.sampler.plans = PlanLog(Plan(old.version + 1, tuple(sizes), loc.consumed["step"]))
+    if dyn.rank == 0 and dyn.log.run_dir is None and cfg.run_dir:
+        dyn.log = RunLogger(cfg.run_dir, tensorboard=cfg.tensorboard)
+    dyn._decider = dyn._make_decider(None) if dyn.rank == 0 else None
+    dyn.progress = loc.progress = EpochProgress(dyn.sampler.dataset_size, enabled=cfg.progress and dyn.rank == 0)
+    loc.rank, loc.world = dyn.rank, dyn.world
+    loc.gns = GradNoise(dyn.rank, dyn.world, cfg.gns_every, cfg.gns_beta)
+    dyn._hooked = bool(dyn.hvd_optimizer._requires_update)   # noqa: SLF001
+    dyn._flags = dyn._make_flags()
+    loc.reset()
+    dyn._track()
+    if dyn.rank == 0:
+        dyn.log.event({"step": loc.consumed["step"], "world_change": {"world_size": dyn.world, "plan": list(sizes)}})
+
+
+def save(path: str | os.PathLike[str], rank: int, payload_fn: Callable[[], dict[str, Any]],
+         flush: Callable[[], None], barrier: Callable[[], None]) -> None:
+    """Rank 0 writes the payload atomically (temporary name, fsync, rename); collective."""
+    if rank == 0:
+        ckpt.save(path, payload_fn())
+        flush()            # the run log is complete up to the checkpoint
+    barrier()
+
+
+def load(path: str | os.PathLike[str], rank: int, bcast_object: Callable[[Any], Any]) -> dict[str, Any]:
+    """Rank 0 reads the checkpoint and broadcasts it (an unreadable file raises on every rank)."""
+    payload: Any = None
+    err = None
+    if rank == 0:
+        try:
+            payload = ckpt.load(path)
+        except ckpt.CheckpointError as exc:
+            err = str(exc)
+    err = bcast_object(err)
+    if err:
+        raise ckpt.CheckpointError(err)
+    return bcast_object(payload)
+
+
+_LOCK = threading.Lock()
+_WARNED: set[str] = set()
+
+
+def deprecated(name: str, instead: str) -> None:
+    """One DeprecationWarning per process and name."""
+    with _LOCK:
+        if name in _WARNED:
+            return
+        _WARNED.add(name)
+    warnings.warn(f"dynamix: {name} is deprecated; {instead}", DeprecationWarning, stacklevel=3)

@@ -1,0 +1,155 @@
+"""Local state: one rank's position in the data and its step in flight, with no MPI and no
+Horovod. Which micro-batch is being trained (and its weight n_i/T), what has been consumed, the
+per-step record (step meter, change detector, sampled gradient statistics) and whether a
+decision is due. ``Dynamix`` (horovod.py) drives it from ``batches()`` and ``optimizer.step()``.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from dynamix_hvd.apply import rescale_accumulated
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.data import ExactOnceSampler, StepSlice
+from dynamix_hvd.errors import DynamixError
+from dynamix_hvd.measure import GradNoise, StepMeter
+from dynamix_hvd.observe import EpochProgress
+from dynamix_hvd.plan import Plan
+from dynamix_hvd.react import ChangeDetector
+
+
+class LocalState:
+    """One rank's step state (see the module docstring)."""
+
+    def __init__(self, config: DynamixConfig, rank: int, world: int, sampler: ExactOnceSampler,
+                 params: Sequence[torch.nn.Parameter], progress: EpochProgress) -> None:
+        self.config, self.rank, self.world = config, rank, world
+        self.sampler, self.params, self.progress = sampler, list(params), progress
+        self.meter = StepMeter(capacity=min(max(256, 2 * config.interval_steps), 8192))
+        self.gns = GradNoise(rank, world, config.gns_every, config.gns_beta)
+        self.detector = ChangeDetector(tol=config.react_tol) if config.react else None
+        self.pending: collections.deque[tuple[StepSlice, int, int]] = collections.deque()
+        self.current: tuple[StepSlice, int, int] | None = None   # (slice, micro index, n samples)
+        self.consumed = sampler.position()     # position after the last *trained* step
+        self.t_batch = time.perf_counter()
+        self.scale = 1.0            # the weight Horovod's hook applies to the accumulated gradient
+        self.oom_batch = 0          # this rank's batch size that ran out of memory in this step
+        self.react_flag = 0         # this rank's detector fired; sent with the next step's flags
+        self.react_ranks: list[int] | None = None   # ranks that flagged, known to all: decide early
+        self.next_due = max(config.interval_steps, config.warmup_steps)  # regular decision after this many steps
+        self.redo = False           # the last step ran out of memory somewhere and is redone
+        self.on_new_step: Callable[[], None] = lambda: None   # (resets the hook's per-step counter)
+
+    # ---- data --------------------------------------------------------------------------
+    def generate(self, epoch: int) -> Iterator[np.ndarray]:
+        """Micro-batches of this rank for the rest of ``epoch``; records what was generated."""
+        for sl in self.sampler.iter_epoch(epoch):
+            for j, mb in enumerate(self.sampler.rank_micro_batches(sl, self.rank)):
+                self.pending.append((sl, j, len(mb)))
+                yield mb
+
+    def check_epoch(self, epoch: int) -> None:
+        if self.pending:
+            raise DynamixError("a previous epoch's iterator was not consumed to the end")
+        if epoch < self.consumed["epoch"]:
+            raise DynamixError(f"epoch {epoch} is before the resumed position (epoch {self.consumed['epoch']})")
+
+    def begin_micro(self) -> None:
+        """The user takes the next micro-batch: its weight, and on the last micro-batch of a step
+        whether this step's gradient statistics are sampled."""
+        cur = self.current = self.pending.popleft()
+        sl, j, n = cur
+        w = n / sl.total
+        if j == 0:
+            self.t_batch = time.perf_counter()
+            self.redo = False
+            self.scale = w if w > 0 else 1.0
+            self.on_new_step()
+        elif w > 0 and w != self.scale:   # micro-batches of unequal size: keep sum_j w_j g_j exact
+            rescale_accumulated(self.params, self.scale / w)
+            self.scale = w
+        if j == self.config.accumulation - 1:
+            self.gns.begin(self.config.gns and self.is_full(sl) and self.gns.sampled(sl.step, self.next_due))
+
+    def is_full(self, sl: StepSlice) -> bool:
+        plan = self.sampler.plans.at(sl.step)
+        k = self.config.accumulation
+        return all(s == k * b for s, b in zip(sl.sizes, plan.batch_sizes))
+
+    @property
+    def plan(self) -> Plan:
+        """The plan in force for the next step to be trained."""
+        return self.sampler.plans.at(self.consumed["step"])
+
+    # ---- the step ------------------------------------------------------------------------
+    def record_step(self, t_entry: float, reduced: Callable[[], list[torch.Tensor]] | None) -> tuple[StepSlice, Plan]:
+        """O(1) bookkeeping of a trained step (timings, change detector, sampled statistics,
+        position); returns the step and the plan it ran under. ``reduced`` (rank 0) gives the
+        summed gradients for |G|^2 on a sampled step."""
+        now = time.perf_counter()
+        sl = self.current[0]  # type: ignore[index]
+        before = self.sampler.plans.at(sl.step)
+        meter = self.meter
+        if self.is_full(sl):
+            c, m, st = t_entry - self.t_batch, now - t_entry, now - self.t_batch
+            meter.add(c, m, st, sl.total)
+            if self.detector is not None:
+                change = self.detector.add(before.batch_sizes[self.rank], before.global_batch, c, st)
+                if change is not None:
+                    self.react_flag = 1
+                    meter.mark_change(change.steps_since, change.compute)
+        meter.samples += sl.total
+        if self.gns.capturing:
+            self.gns.finish(sl.total, sl.sizes[self.rank], reduced() if reduced is not None else None)
+        if self.progress.enabled:
+            self.progress.update(sl.epoch, sl.end, sl.total, sl.sizes)
+        epoch_end = sl.end >= self.sampler.dataset_size
+        self.consumed = {"epoch": sl.epoch + (1 if epoch_end else 0), "cursor": 0 if epoch_end else sl.end,
+                         "step": sl.step + 1}
+        self.current = None
+        return sl, before
+
+    def due(self, step: int) -> bool:
+        """Decide after this step? When ``next_due`` steps are done (rank 0 sets it at each
+        decision: ``interval_steps`` or, with short steps, enough for ``min_decision_s``), and at
+        once when a rank flagged a change (``react``); the next regular decision then comes a full
+        interval later. Every rank computes the same answer (the flags were summed over all ranks,
+        ``next_due`` came with the plan)."""
+        if step + 1 < self.config.warmup_steps:
+            self.react_ranks = None      # a change during warm-up is not decided on
+            return False
+        return self.react_ranks is not None or step + 1 >= self.next_due
+
+    def recent_steps(self) -> int | None:
+        """On an early decision: the steps since the change (throughput over them only)."""
+        m = self.meter
+        if self.react_ranks is None or self.detector is None or not m.n:
+            return None
+        return m.n - m.since if m.since is not None else self.detector.confirm
+
+    def decided(self) -> None:
+        """After a decision: a new interval; a flag raised in this very step is answered by it
+        (its row already reports the means since the change), so it is not sent on."""
+        self.meter.reset()
+        if self.react_ranks is not None and self.detector is not None:
+            self.detector.rebase()
+        self.react_ranks = None
+        self.react_flag = 0
+
+    def reset(self) -> None:
+        """Forget the step in flight and the early-decision state (after a restore or a world
+        change: the plan in force changed under it; every rank agrees no early decision is pending)."""
+        self.pending.clear()
+        self.current = None
+        self.meter.reset()
+        self.gns.cancel()
+        self.gns.reset_interval()
+        if self.detector is not None:
+            self.detector.reset()
+        self.react_flag = self.oom_batch = 0
+        self.react_ranks = None
+        self.next_due = max(self.consumed["step"] + self.config.interval_steps, self.config.warmup_steps)

@@ -1,0 +1,184 @@
+"""Measure: what each rank records per step, at O(1) cost and without allocation.
+
+``StepMeter``  per-step compute / comm / step seconds and samples of one decision interval in a
+               preallocated numpy ring (no list of tuples), running sums for the whole interval,
+               the loss (kept as a tensor, converted once per decision: no device sync per step),
+               and where this rank's change detector placed a change.
+``GradNoise``  the gradient noise scale from *sampled* steps: every ``every``-th step and the
+               step right before each regular decision. On a sampled step the squared norm of
+               each local gradient is taken in Horovod's gradient hook (one reduction over the
+               gradient, no copy), and rank 0 takes the reduced gradient's with one
+               ``torch._foreach_norm``. Other steps cost nothing. The per-interval means go
+               through the tested estimator ``stats.gns_step_estimates`` and its EMA.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from dynamix_hvd.stats import NoiseScaleEstimator, gns_step_estimates
+
+NAN = float("nan")
+
+
+class StepMeter:
+    """One decision interval's per-step timings (ring of ``capacity`` steps) and running sums."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._ring = np.zeros((max(int(capacity), 8), 4))   # compute, comm, step seconds; samples
+        self.reset()
+
+    def reset(self) -> None:
+        self.n = 0                   # full steps recorded in this interval
+        self._sum = [0.0, 0.0, 0.0, 0.0]
+        self._sum_cc = 0.0           # sum of squared compute seconds (its standard error)
+        self.samples = 0             # samples of all steps (full or not) in this interval
+        self.since: int | None = None   # index of the first step after a detected change
+        self.changed = 0             # 1 if that change was in this rank's own compute time
+        self.loss: Any = None        # sum of reported losses (a tensor or a float)
+        self.loss_n = 0
+        self.t0 = time.perf_counter()
+
+    def add(self, compute_s: float, comm_s: float, step_s: float, total: int) -> None:
+        row = self._ring[self.n % len(self._ring)]
+        row[0], row[1], row[2], row[3] = compute_s, comm_s, step_s, total
+        s = self._sum
+        s[0] += compute_s
+        s[1] += comm_s
+        s[2] += step_s
+        s[3] += total
+        self._sum_cc += compute_s * compute_s
+        self.n += 1
+
+    def mark_change(self, steps_since: int, compute: bool) -> None:
+        self.since = max(self.n - steps_since, 0)
+        self.changed = int(compute)
+
+    def add_loss(self, loss: Any) -> None:
+        if isinstance(loss, torch.Tensor):
+            loss = loss.detach()
+            if loss.numel() != 1:
+                loss = loss.float().mean()
+        self.loss = loss if self.loss is None else self.loss + loss
+        self.loss_n += 1
+
+    def mean_loss(self) -> float:
+        return float(self.loss) / self.loss_n if self.loss_n else NAN
+
+    def _rows(self, first: int) -> np.ndarray:
+        """Ring rows of steps first..n-1 (clipped to what the ring still holds)."""
+        cap = len(self._ring)
+        first = max(first, self.n - cap)
+        idx = np.arange(first, self.n) % cap
+        return self._ring[idx]
+
+    def means(self) -> tuple[float, float, float]:
+        """Mean (compute, comm, step) seconds per step over the interval, or over the steps since
+        a detected change (a mean mixing both speeds would describe neither)."""
+        if self.n == 0:
+            return NAN, NAN, NAN
+        if self.since is None:
+            return self._sum[0] / self.n, self._sum[1] / self.n, self._sum[2] / self.n
+        rows = self._rows(self.since)
+        if len(rows) == 0:
+            return NAN, NAN, NAN
+        m = rows[:, :3].mean(axis=0)
+        return float(m[0]), float(m[1]), float(m[2])
+
+    def compute_se(self) -> float:
+        """Standard error of the mean compute time reported by ``means()`` (per-step scatter /
+        sqrt(steps)); NaN below two steps."""
+        if self.since is None:
+            n = self.n
+            if n < 2:
+                return NAN
+            var = max(self._sum_cc - self._sum[0] * self._sum[0] / n, 0.0) / (n - 1)
+            return math.sqrt(var / n)
+        rows = self._rows(self.since)
+        if len(rows) < 2:
+            return NAN
+        return float(np.std(rows[:, 0], ddof=1)) / math.sqrt(len(rows))
+
+    def throughput(self, recent: int | None = None) -> float:
+        """Samples per second of training steps over the interval (pauses between steps
+        excluded), or over the last ``recent`` steps; the wall clock when no full step ran."""
+        if self.n:
+            if recent is None:
+                t, n = self._sum[2], self._sum[3]
+            else:
+                rows = self._rows(self.n - max(min(recent, self.n), 1))
+                t, n = float(rows[:, 2].sum()), float(rows[:, 3].sum())
+            if t > 0:
+                return n / t
+        elapsed = time.perf_counter() - self.t0
+        return self.samples / elapsed if elapsed > 0 else NAN
+
+
+class GradNoise:
+    """Gradient noise scale from sampled steps (see the module docstring)."""
+
+    def __init__(self, rank: int, world: int, every: int, beta: float) -> None:
+        self.rank, self.world = rank, world
+        self.every = max(int(every), 1)
+        self.estimator = NoiseScaleEstimator(beta=beta)
+        self.capturing = False
+        self._norms: list[torch.Tensor] = []
+        self.reset_interval()
+
+    def reset_interval(self) -> None:
+        self.sum_tc = 0.0    # sum_t T_t c_i,t over sampled steps (this rank)
+        self.sum_t = 0.0     # sum_t T_t                          (rank 0)
+        self.sum_tg = 0.0    # sum_t T_t |G_t|^2                  (rank 0)
+        self.steps = 0
+
+    def sampled(self, step: int, next_due: int) -> bool:
+        """Take gradient statistics on this step? Every ``every``-th step and the last step before
+        each regular decision (``next_due``); never with a single rank (the estimator needs N >= 2)."""
+        if self.world < 2:
+            return False
+        return (step + 1) % self.every == 0 or step + 1 == next_due
+
+    def begin(self, capture: bool) -> None:
+        self.capturing = capture
+        if self._norms:
+            self._norms.clear()
+
+    def on_local(self, grad: torch.Tensor) -> None:
+        """Horovod's hook, after the n_i/T weight: this rank's weighted local gradient."""
+        self._norms.append(torch.linalg.vector_norm(grad, dtype=torch.float32))
+
+    def cancel(self) -> None:
+        self.capturing = False
+        self._norms.clear()
+
+    def finish(self, total: int, n_local: int, reduced: Sequence[torch.Tensor] | None) -> None:
+        """After the allreduce of a sampled step: accumulate c_i = (T/n_i)|weighted local|^2 and,
+        on rank 0 (``reduced`` = the summed gradients), |G|^2."""
+        if not self.capturing or not self._norms or n_local <= 0:
+            self.cancel()
+            return
+        sq = float(torch.stack(self._norms).square().sum())
+        c = (total / n_local) * sq
+        self.sum_tc += total * c
+        if reduced is not None:
+            g = float(torch.stack(torch._foreach_norm(list(reduced))).square().sum())
+            self.sum_t += total
+            self.sum_tg += total * g
+            self.steps += 1
+        self.cancel()
+
+    def update(self, sum_tc_all: np.ndarray) -> None:
+        """Rank 0 at a decision: the interval's mean S and |G|^2 estimates into the EMA.
+        With A_t = sum_i c_i,t both are linear in (A_t, |G_t|^2), so their means over the sampled
+        steps are ``gns_step_estimates`` at the T-weighted means of A and |G|^2."""
+        if self.steps and self.sum_t > 0 and self.world >= 2:
+            a = float(np.sum(sum_tc_all)) / self.sum_t
+            g = self.sum_tg / self.sum_t
+            s, g2 = gns_step_estimates(a, g, self.sum_t / self.steps, self.world)
+            if math.isfinite(s):
+                self.estimator.update(s, g2)
+        self.reset_interval()

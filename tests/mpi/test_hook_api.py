@@ -1,0 +1,105 @@
+"""The hook as a plain Horovod loop (issue 21): ``loss.backward()`` and ``optimizer.step()`` on the
+optimizer Dynamix returns, ``dyn.report(loss=...)``; the deprecated aliases warn once; close()
+restores sys.excepthook; BatchNorm raises the smallest local batch; the noise scale is estimated
+from the sampled steps only."""
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+import horovod.torch as hvd
+import torch
+import torch.nn.functional as F
+
+from _models import make_data, make_model
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.horovod import Dynamix
+
+hvd.init()
+
+
+def _train(dyn, model, x, y, steps, old_api=False):
+    opt = dyn.optimizer
+    for idx in dyn.batches(0):
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad()
+        if old_api:
+            dyn.backward(loss)
+            opt.step()
+            dyn.step(loss)
+        else:
+            loss.backward()
+            opt.step()
+            dyn.report(loss=loss)
+        if dyn.step_count >= steps:
+            break
+    dyn._pending.clear()
+
+
+def test_new_loop_reports_loss_and_samples_gns(comm, tmp_path_factory):
+    rank, world = comm.Get_rank(), comm.Get_size()
+    run_dir = comm.bcast(str(tmp_path_factory.mktemp("api")) if rank == 0 else None, root=0)
+    x, y = make_data(n=2000)
+    model = make_model()
+    cfg = DynamixConfig(base_batch=8, interval_steps=10, min_decision_s=0, gns_every=5, controller="static",
+                        collector=False, react=False,
+                        run_dir=run_dir, tensorboard=False)
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
+    finished = []
+    orig = dyn.gns.finish
+
+    def finish(total, n_local, reduced):
+        finished.append(dyn.step_count)
+        orig(total, n_local, reduced)
+
+    dyn.gns.finish = finish
+    _train(dyn, model, x, y, 60)
+    noise = dyn.noise_scale
+    dyn.close()
+    if world > 1:
+        # statistics only on the sampled steps: every 5th and the last of each interval
+        assert finished == [s for s in range(60) if (s + 1) % 5 == 0], finished
+        if rank == 0:
+            assert noise == noise and noise > 0, noise
+    else:
+        assert finished == []           # one rank: no estimate possible, nothing measured
+    if rank == 0:
+        records = [json.loads(line) for line in open(f"{run_dir}/events.jsonl") if '"workers"' in line]
+        assert [r["step"] for r in records] == [10, 20, 30, 40, 50, 60]
+        assert all(r["workers"][0]["loss"] == r["workers"][0]["loss"] for r in records[1:])   # reported: finite
+        assert all("reason" in r for r in records)
+
+
+def test_deprecated_aliases_warn_once_and_close_restores_excepthook(comm):
+    x, y = make_data(n=600)
+    model = make_model()
+    before = sys.excepthook
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), base_batch=8,
+                  collector=False)
+    assert sys.excepthook is not before
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _train(dyn, model, x, y, 5, old_api=True)
+    dep = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert sum("dyn.backward" in m for m in dep) <= 1 and sum("dyn.step" in m for m in dep) <= 1
+    assert dyn.step_count == 5
+    dyn.close()
+    assert sys.excepthook is before
+
+
+def test_batchnorm_raises_min_batch(comm):
+    world = comm.Get_size()
+    x, y = make_data(n=600)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), base_batch=32,
+                      bn_min_batch=12, collector=False)
+    assert dyn.bounds.min_batch == 12
+    if comm.Get_rank() == 0:
+        assert any("SyncBatchNorm" in str(w.message) for w in caught)
+    _train(dyn, model, x, y, 3)
+    assert dyn.plan.batch_sizes == (32,) * world
+    dyn.close()

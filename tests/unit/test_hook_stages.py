@@ -1,0 +1,204 @@
+"""The hook's stage modules without MPI: decide (rank 0's decision), measure (step meter, sampled
+noise scale), wire (formats), apply (OOM re-plan, weights), lifecycle (excepthook, BatchNorm floor)
+and the environment-variable registry."""
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from dynamix_hvd.apply import Weighting, oom_replan, rescale_accumulated
+from dynamix_hvd.config import ConfigError, DynamixConfig, check_env, env_var_names
+from dynamix_hvd.controllers.base import Controller
+from dynamix_hvd.data import PlanLog, StepSlice
+from dynamix_hvd.decide import Decider
+from dynamix_hvd.lifecycle import AbortOnUncaught, bounds_for_world, has_local_batchnorm
+from dynamix_hvd.measure import GradNoise, StepMeter
+from dynamix_hvd.plan import Plan, PlanBounds
+from dynamix_hvd.records import GlobalStats, WorkerStats
+from dynamix_hvd.stats import gns_step_estimates
+from dynamix_hvd.wire import decode_plan, decode_rows, encode_plan, encode_row, plan_buffer, read_flags, set_flags
+
+
+class Fixed(Controller):
+    name = "fixed"
+
+    def __init__(self, bounds, base_batch, sizes=None, fail=False):
+        super().__init__(bounds, base_batch)
+        self.sizes, self.fail = sizes, fail
+        self.last_reason = "because"
+
+    def decide(self, state):
+        if self.fail:
+            raise RuntimeError("boom")
+        return self.sizes
+
+
+def _workers(world):
+    return [WorkerStats(rank=r, batch_size=8, max_batch=64, steps=10, compute_s=0.01, step_s=0.02) for r in range(world)]
+
+
+def test_decider_applies_bounds_and_records_reason():
+    cfg = DynamixConfig(base_batch=8, deadband=0.0, max_rank_change=100.0)
+    bounds = PlanBounds(max_batch=(64, 64), deadband=0.0)
+    said = []
+    d = Decider(cfg, bounds, 16, Fixed(bounds, 8, sizes=[4, 12]), say=said.append)
+    cur = Plan.uniform(2, 8)
+    record = {"step": 10}
+    new = d.decide(_workers(2), GlobalStats(samples_per_s=100.0), cur, 10, record)
+    assert new.batch_sizes == (4, 12) and new.start_step == 10 and new.version == 1
+    assert record["reason"] == "because" and record["controller"] == "fixed"
+    assert len(said) == 1 and "[8, 8] -> [4, 12]" in said[0] and "because" in said[0]
+    d.applied(new, cur)
+    assert list(d.last_action) == [-4.0, 4.0]
+
+
+def test_decider_keeps_plan_on_faults_then_falls_back():
+    cfg = DynamixConfig(base_batch=8, fallback_controller="static")
+    bounds = PlanBounds(max_batch=(64, 64))
+    d = Decider(cfg, bounds, 16, Fixed(bounds, 8, fail=True), say=lambda s: None)
+    cur = Plan.uniform(2, 8)
+    with pytest.warns(RuntimeWarning):
+        for _ in range(3):
+            rec: dict = {}
+            assert d.decide(_workers(2), GlobalStats(samples_per_s=1.0), cur, 5, rec) is cur
+    assert "controller_error" in rec and rec["fallback"]["to"] == "static"
+    assert d.controller.name == "static"
+
+
+def test_step_meter_ring_and_since():
+    m = StepMeter(capacity=8)
+    for i in range(20):
+        m.add(0.01 * (1 + (i >= 17)), 0.001, 0.02, 32)
+    assert m.n == 20
+    c, _, st = m.means()
+    assert c == pytest.approx((17 * 0.01 + 3 * 0.02) / 20)
+    m.mark_change(3, compute=True)
+    c, _, _ = m.means()
+    assert c == pytest.approx(0.02) and m.changed == 1
+    assert m.throughput(3) == pytest.approx(32 / 0.02)
+    assert m.compute_se() == pytest.approx(0.0, abs=1e-12)
+    m.reset()
+    assert m.n == 0 and math.isnan(m.means()[0])
+
+
+def test_step_meter_loss_tensor_read_once():
+    m = StepMeter()
+    for v in (1.0, 2.0, 3.0):
+        m.add_loss(torch.tensor(v))
+    assert m.mean_loss() == pytest.approx(2.0)
+
+
+def test_grad_noise_sampled_steps_and_estimator():
+    g = GradNoise(rank=0, world=2, every=5, beta=0.9)
+    assert [s for s in range(20) if g.sampled(s, next_due=13)] == [4, 9, 12, 14, 19]
+    assert not GradNoise(0, 1, 1, 0.9).sampled(0, 1)      # one rank: no estimate possible
+    # two sampled steps with known per-rank weighted local norms and |G|^2: the interval's update
+    # is the mean of gns_step_estimates over them
+    rng = np.random.default_rng(0)
+    steps, sums = [], np.zeros(2)
+    for _ in range(2):
+        T, n = 16, (8, 8)
+        c = rng.uniform(1.0, 2.0, size=2)
+        G = float(rng.uniform(0.2, 0.5))
+        steps.append(gns_step_estimates(float(c.sum()), G, T, 2))
+        sums += T * c
+        g.begin(True)
+        g.on_local(torch.tensor([math.sqrt(c[0] * n[0] / T)]))
+        red = [torch.tensor([math.sqrt(G)])]
+        g.finish(T, n[0], red)
+    g.update(sums)
+    s_mean = float(np.mean([s for s, _ in steps]))
+    g2_mean = float(np.mean([x for _, x in steps]))
+    assert g.estimator.s_ema == pytest.approx(s_mean, rel=1e-5)
+    assert g.estimator.g2_ema == pytest.approx(g2_mean, rel=1e-5)
+    assert g.steps == 0 and g.sum_tc == 0.0
+
+
+def test_wire_round_trips():
+    plan = Plan(3, (5, 0, 7), 11)
+    assert decode_plan(encode_plan(plan, plan_buffer(3), next_due=42)) == (plan, 42)
+    rows = np.stack([encode_row(w, 1.5 * w.rank) for w in _workers(3)])
+    ws, extra = decode_rows(rows)
+    assert [w.rank for w in ws] == [0, 1, 2] and list(extra[:, 0]) == [0.0, 1.5, 3.0]
+    total = np.zeros(6)
+    for r, (oom, react) in enumerate([(0, 0), (12, 0), (0, 1)]):
+        buf = np.zeros(6)
+        set_flags(buf, r, 3, oom, react)
+        total += buf
+    oom, react = read_flags(total, 3)
+    assert list(oom) == [0, 12, 0] and react == [2]
+    assert read_flags(np.zeros(6), 3)[1] is None
+
+
+def test_oom_replan_lowers_cap_keeps_global_batch():
+    bounds = PlanBounds(max_batch=(64, 64, 64))
+    plans = PlanLog(Plan.uniform(3, 16))
+    sl = StepSlice(4, 0, 64, (16, 16, 16), 0)
+    new_bounds, plan = oom_replan(np.array([0, 0, 16]), bounds, plans, sl, quantum=1)
+    assert new_bounds.max_batch[2] == 14
+    assert plan.batch_sizes[2] <= 14 and plan.global_batch == 48 and plan.start_step == 4
+
+
+def test_weighting_scales_in_place_and_calls_last_once():
+    calls = []
+
+    class NoComp:
+        @staticmethod
+        def compress(t):
+            return t, None
+
+        @staticmethod
+        def decompress(t, ctx):
+            return t
+
+    w = Weighting(NoComp, 2, scale=lambda: 0.25, on_local=None, last=lambda: calls.append(1))
+    a, b = torch.ones(3), torch.full((2,), 2.0)
+    out, _ = w.compress(a)
+    assert out is a and torch.equal(a, torch.full((3,), 0.25)) and not calls
+    w.compress(b)
+    assert torch.equal(b, torch.full((2,), 0.5)) and calls == [1]
+    p = torch.nn.Parameter(torch.zeros(2))
+    p.grad = torch.ones(2)
+    rescale_accumulated([p], 3.0)
+    assert torch.equal(p.grad, torch.full((2,), 3.0))
+
+
+def test_next_interval_spaces_decisions_in_time():
+    cfg = DynamixConfig(interval_steps=10, min_decision_s=0.5)
+    assert cfg.next_interval(0.1) == 10           # 10 steps take 1 s: interval_steps
+    assert cfg.next_interval(0.003) == 167        # 3 ms steps: 0.5 s of them
+    assert cfg.next_interval(1e-6) == 640         # at most 64 intervals
+    assert cfg.next_interval(float("nan")) == 10
+    assert DynamixConfig(interval_steps=10, min_decision_s=0).next_interval(0.003) == 10
+
+
+def test_env_registry_rejects_misspelt_name():
+    with pytest.raises(ConfigError, match="DYNAMIX_DEADBAND"):
+        check_env({"DYNAMIX_DEADBNAD": "0.1"})
+    with pytest.raises(ConfigError, match="DYNAMIX_CONTROLLER"):
+        DynamixConfig.load(env={"DYNAMIX_CONTROLER": "ppo"})
+    check_env({"DYNAMIX_LINK_R3": "x", "DYNAMIX_CACHE": "/tmp", "OTHER": "1"})
+    assert "DYNAMIX_GNS_EVERY" in env_var_names()
+    assert DynamixConfig.load(env={"DYNAMIX_MIN_GLOBAL_BATCH": "24"}).min_global_batch == 24
+
+
+def test_batchnorm_raises_min_batch_capped_at_base():
+    cfg = DynamixConfig(base_batch=8, bn_min_batch=16)
+    bn = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    sync = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SyncBatchNorm(4))
+    assert has_local_batchnorm(bn) and not has_local_batchnorm(sync)
+    assert bounds_for_world(cfg, 2, bn).min_batch == 8            # capped at base_batch
+    assert bounds_for_world(DynamixConfig(base_batch=32), 2, bn).min_batch == 16
+    assert bounds_for_world(cfg, 2, sync).min_batch == 1
+
+
+def test_excepthook_installed_and_restored():
+    before = sys.excepthook
+    h = AbortOnUncaught(0, 2, lambda code: None)
+    assert sys.excepthook is not before and getattr(sys.excepthook, "_dynamix", False)
+    h.restore()
+    assert sys.excepthook is before
