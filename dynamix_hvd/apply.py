@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from dynamix_hvd.data import PlanLog, StepSlice
+from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.lr import LRScaler, lr_factor
 from dynamix_hvd.plan import Plan, PlanBounds, split_global
 from dynamix_hvd.wire import flag_slots, read_flags, set_flags
@@ -98,6 +99,24 @@ def scale_local(params: list[torch.nn.Parameter], w: float) -> None:
     rescale_accumulated(params, w)
 
 
+def horovod_optimizer(hvd: Any, optimizer: Any, cfg: Any, named_parameters: Any, compression: Any) -> Any:
+    """Horovod's DistributedOptimizer summing gradients (``op=hvd.Sum``: each rank's gradient
+    carries its n_i/T weight); a user-wrapped one is accepted if it sums and accumulates alike."""
+    if not (hasattr(optimizer, "_allreduce_delay") and hasattr(optimizer, "synchronize")):
+        return hvd.DistributedOptimizer(optimizer, named_parameters=list(named_parameters),
+                                        compression=compression or hvd.Compression.none, op=hvd.Sum,
+                                        backward_passes_per_step=cfg.accumulation)
+    if getattr(optimizer, "op", None) != hvd.Sum:
+        raise DynamixError(
+            "the optimizer was wrapped with hvd.DistributedOptimizer(op=Average) (or Adasum); dynamix "
+            "weights each rank's gradient by n_i/T and needs op=hvd.Sum. Pass the plain optimizer and "
+            "dynamix wraps it, or wrap it with op=hvd.Sum.")
+    if optimizer.backward_passes_per_step != cfg.accumulation:
+        raise DynamixError(f"optimizer backward_passes_per_step={optimizer.backward_passes_per_step} but "
+                           f"config accumulation={cfg.accumulation}; they must match")
+    return optimizer
+
+
 def oom_replan(oom: np.ndarray, bounds: PlanBounds, plans: PlanLog, sl: StepSlice,
                quantum: int) -> tuple[PlanBounds, Plan]:
     """Caps of the ranks that ran out of memory lowered 10% (at least a quantum) below the
@@ -110,6 +129,33 @@ def oom_replan(oom: np.ndarray, bounds: PlanBounds, plans: PlanLog, sl: StepSlic
     old = plans.at(sl.step)
     sizes = split_global(old.global_batch, old.batch_sizes, bounds)
     return bounds, Plan(plans.latest.version + 1, tuple(sizes), sl.step)
+
+
+def skip_and_replan(dyn: Any, oom: np.ndarray) -> None:
+    """``optimizer.step()`` when some rank ran out of memory (``Dynamix``: ``dyn``): the update is
+    skipped everywhere, the ranks' caps lowered, and the same step re-split and redone."""
+    if dyn.lag_steps > 0:
+        raise DynamixError(f"rank(s) {np.flatnonzero(oom).tolist()} ran out of memory at batch sizes "
+                           f"{oom[oom > 0].astype(int).tolist()}; redoing a step is not possible while a "
+                           "DataLoader prefetches (num_workers > 0): lower max_batch or use num_workers=0")
+    inner, loc = dyn.hvd_optimizer, dyn.local
+    if not inner._synchronized:              # noqa: SLF001 - drain Horovod's allreduces of the discarded gradients
+        inner.synchronize()
+    inner._synchronized = False              # noqa: SLF001 - the step is skipped, not taken later
+    inner.zero_grad()
+    sl = loc.current[0]  # type: ignore[index]
+    dyn.bounds, plan = oom_replan(oom, dyn.bounds, dyn.sampler.plans, sl, dyn.config.quantum)
+    dyn.sampler.plans = PlanLog(plan)
+    dyn.sampler.epoch, dyn.sampler.cursor, dyn.sampler.step = sl.epoch, sl.start, sl.step
+    if dyn._decider is not None:
+        dyn._decider.update_bounds(dyn.bounds)
+        dyn.log.event({"step": sl.step, "oom": {"ranks": np.flatnonzero(oom > 0).tolist(),
+                                                 "batch": oom[oom > 0].astype(int).tolist(),
+                                                 "max_batch": list(dyn.bounds.max_batch),
+                                                 "plan": list(plan.batch_sizes)}})
+    loc.gns.cancel()
+    loc.current = None
+    loc.redo = True
 
 
 def apply_lr(scaler: LRScaler, optimizer: Any, rule: str, plan: Plan, base_global_batch: int,

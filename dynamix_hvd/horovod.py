@@ -31,7 +31,6 @@ import dataclasses
 import math
 import os
 import time
-import warnings
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -40,11 +39,11 @@ import numpy as np
 import torch
 
 from dynamix_hvd import lifecycle
-from dynamix_hvd.apply import StepFlags, Weighting, apply_lr, oom_replan, rescale_accumulated
+from dynamix_hvd.apply import StepFlags, Weighting, apply_lr, horovod_optimizer, rescale_accumulated, skip_and_replan
 from dynamix_hvd.comm import make_comm
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import Controller
-from dynamix_hvd.data import ExactOnceSampler, PlanLog, StepSlice
+from dynamix_hvd.data import ExactOnceSampler, StepSlice
 from dynamix_hvd.decide import Decider
 from dynamix_hvd.errors import DynamixError, OutOfMemoryError
 from dynamix_hvd.localstate import LocalState
@@ -55,11 +54,7 @@ from dynamix_hvd.records import WorkerStats
 from dynamix_hvd.wire import decode_rows, encode_row
 
 
-def _is_horovod_distributed(optimizer: Any) -> bool:
-    return hasattr(optimizer, "_allreduce_delay") and hasattr(optimizer, "synchronize")
-
-
-class Dynamix:
+class Dynamix(lifecycle.DeprecatedLoop):
     """Dynamic per-rank batch sizes for a Horovod PyTorch job. Create after ``hvd.init()``."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, dataset_size: int,
@@ -86,7 +81,8 @@ class Dynamix:
                                "pass comm= the communicator given to hvd.init(comm=...)")
         self.config = cfg = config.validate(self.world)
         self.model, self.emulator, self.metrics_fn = model, emulator, metrics_fn
-        self.hvd_optimizer = inner = self._horovod_optimizer(optimizer, named_parameters, compression)
+        self.hvd_optimizer = inner = horovod_optimizer(hvd, optimizer, cfg, named_parameters or model.named_parameters(),
+                                                       compression)
         params = [p for g in inner.param_groups for p in g["params"] if p.requires_grad]
         if broadcast_initial_state is None:
             # Horovod elastic workers (HOROVOD_ELASTIC=1): state.sync() broadcasts instead; a worker
@@ -127,23 +123,6 @@ class Dynamix:
     def _track(self) -> None:
         self._res.update(log=self.log, progress=self.progress, comm=self.comm, collector=self.collector,
                          excepthook=self._excepthook)
-
-    def _horovod_optimizer(self, optimizer: Any, named_parameters: Iterable | None, compression: Any) -> Any:
-        hvd, cfg = self.hvd, self.config
-        if not _is_horovod_distributed(optimizer):
-            return hvd.DistributedOptimizer(
-                optimizer, named_parameters=list(named_parameters or self.model.named_parameters()),
-                compression=compression or hvd.Compression.none, op=hvd.Sum,
-                backward_passes_per_step=cfg.accumulation)
-        if getattr(optimizer, "op", None) != hvd.Sum:
-            raise DynamixError(
-                "the optimizer was wrapped with hvd.DistributedOptimizer(op=Average) (or Adasum); dynamix "
-                "weights each rank's gradient by n_i/T and needs op=hvd.Sum. Pass the plain optimizer and "
-                "dynamix wraps it, or wrap it with op=hvd.Sum.")
-        if optimizer.backward_passes_per_step != cfg.accumulation:
-            raise DynamixError(f"optimizer backward_passes_per_step={optimizer.backward_passes_per_step} but "
-                               f"config accumulation={cfg.accumulation}; they must match")
-        return optimizer
 
     def _make_decider(self, controller: Controller | None) -> Decider:
         return Decider(self.config, self.bounds, self.base_global_batch, controller, log_event=self.log.event)
@@ -276,7 +255,7 @@ class Dynamix:
                 oom[self.rank] = loc.oom_batch
         loc.oom_batch = loc.react_flag = 0
         if oom is not None and np.any(oom > 0):
-            self._replan_oom(oom)
+            skip_and_replan(self, oom)
             return None
         self._weigh_locally()
         if inner._synchronized:                  # noqa: SLF001
@@ -310,43 +289,12 @@ class Dynamix:
             rescale_accumulated(self.local.params, self.local.scale)
             self.local.scale = 1.0
 
-    def _replan_oom(self, oom: np.ndarray) -> None:
-        """Some rank ran out of memory: skip the update everywhere, lower its cap, redo the step."""
-        if self.lag_steps > 0:
-            raise DynamixError(f"rank(s) {np.flatnonzero(oom).tolist()} ran out of memory at batch sizes "
-                               f"{oom[oom > 0].astype(int).tolist()}; redoing a step is not possible while a "
-                               "DataLoader prefetches (num_workers > 0): lower max_batch or use num_workers=0")
-        inner, loc = self.hvd_optimizer, self.local
-        if not inner._synchronized:              # noqa: SLF001 - drain Horovod's allreduces of the discarded gradients
-            inner.synchronize()
-        inner._synchronized = False              # noqa: SLF001 - the step is skipped, not taken later
-        inner.zero_grad()
-        sl = loc.current[0]  # type: ignore[index]
-        self.bounds, plan = oom_replan(oom, self.bounds, self.sampler.plans, sl, self.config.quantum)
-        self.sampler.plans = PlanLog(plan)
-        self.sampler.epoch, self.sampler.cursor, self.sampler.step = sl.epoch, sl.start, sl.step
-        if self._decider is not None:
-            self._decider.update_bounds(self.bounds)
-            self.log.event({"step": sl.step, "oom": {"ranks": np.flatnonzero(oom > 0).tolist(),
-                                                     "batch": oom[oom > 0].astype(int).tolist(),
-                                                     "max_batch": list(self.bounds.max_batch),
-                                                     "plan": list(plan.batch_sizes)}})
-        loc.gns.cancel()
-        loc.current = None
-        loc.redo = True
-
     # =====================================================================================
     # decision: gather rows -> rank 0 decides -> broadcast the plan
     def _worker_row(self, step: int) -> np.ndarray:
-        meter, k = self.local.meter, self.config.accumulation
-        plan = self.sampler.plans.at(step)
-        c, m, st = meter.means()
-        ws = WorkerStats(rank=self.rank, batch_size=plan.batch_sizes[self.rank],
-                         max_batch=self.bounds.max_batch[self.rank], steps=meter.n, compute_s=c / k,
-                         step_s=st, comm_s=m, loss=meter.mean_loss(), changed=meter.changed if meter.n else 0,
-                         compute_se_s=meter.compute_se() / k)
+        ws = self.local.worker_stats(step, self.bounds.max_batch[self.rank])
         if self.collector is not None:
-            for key, value in self.collector.window().worker_stats_fields(meter.n or None).items():
+            for key, value in self.collector.window().worker_stats_fields(ws.steps or None).items():
                 setattr(ws, key, value)
         if self.metrics_fn is not None:
             self.metrics_fn(ws)
@@ -383,41 +331,6 @@ class Dynamix:
         if d is not None:
             self.log.decision(record, lr=float(self.optimizer.param_groups[0]["lr"]))
         loc.decided()
-
-    # =====================================================================================
-    # deprecated aliases (the loop before issue 21)
-    def backward(self, loss: torch.Tensor | None, oom: bool = False) -> None:
-        """Deprecated: call ``loss.backward()``. Kept working: the weight is applied in Horovod's
-        hook either way; an out-of-memory error (from torch, the emulator, or ``oom=True``) is
-        caught and reported as ``report(oom=True)``."""
-        lifecycle.deprecated("dyn.backward(loss)", "call loss.backward(); the n_i/T weight is applied "
-                                                   "in Horovod's gradient hook")
-        if self.local.current is None:
-            raise DynamixError("backward() called before taking a batch from batches()/loader()")
-        n = self.local.current[2]
-        try:
-            if oom:
-                raise OutOfMemoryError(self.rank, n)
-            if self.emulator is not None:
-                self.emulator.before_backward(n, time.perf_counter() - self.local.t_batch)
-            if loss is None or n == 0:
-                (sum(p.sum() for p in self.local.params) * 0.0).backward()   # Horovod's hooks still fire
-            else:
-                loss.backward()
-        except (OutOfMemoryError, torch.OutOfMemoryError) as exc:
-            if not self.config.oom_redo:
-                raise
-            warnings.warn(f"dynamix: rank {self.rank} out of memory at batch {n} ({exc}); redoing the step",
-                          RuntimeWarning, stacklevel=2)
-            self.report(oom=True)
-
-    def step(self, loss: torch.Tensor | float | None = None) -> Plan:
-        """Deprecated: the step is recorded inside ``optimizer.step()``; pass the loss with
-        ``dyn.report(loss=...)``. Kept working: records ``loss`` and returns the plan."""
-        lifecycle.deprecated("dyn.step(loss)", "optimizer.step() records the step; use dyn.report(loss=loss)")
-        if loss is not None and not self.local.redo:
-            self.local.meter.add_loss(loss)
-        return self.plan
 
     # =====================================================================================
     # checkpoint, resizing, shutdown (lifecycle.py)

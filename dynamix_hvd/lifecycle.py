@@ -8,6 +8,7 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 import warnings
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ import torch
 from dynamix_hvd import checkpoint as ckpt
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.data import PlanLog
-from dynamix_hvd.errors import DynamixError
+from dynamix_hvd.errors import DynamixError, OutOfMemoryError
 from dynamix_hvd.measure import GradNoise
 from dynamix_hvd.observe import EpochProgress, RunLogger
 from dynamix_hvd.plan import Plan, PlanBounds, split_global
@@ -177,6 +178,42 @@ def adapt_to_world(dyn: Any) -> None:
     dyn._track()
     if dyn.rank == 0:
         dyn.log.event({"step": loc.consumed["step"], "world_change": {"world_size": dyn.world, "plan": list(sizes)}})
+
+
+class DeprecatedLoop:
+    """``Dynamix``'s calls of the loop before issue 21, kept working as deprecated aliases."""
+
+    def backward(self, loss: torch.Tensor | None, oom: bool = False) -> None:
+        """Deprecated: call ``loss.backward()``. Kept working: the weight is applied in Horovod's
+        hook either way; an out-of-memory error (from torch, the emulator, or ``oom=True``) is
+        caught and reported as ``report(oom=True)``."""
+        deprecated("dyn.backward(loss)", "call loss.backward(); the n_i/T weight is applied in Horovod's hook")
+        if self.local.current is None:
+            raise DynamixError("backward() called before taking a batch from batches()/loader()")
+        n = self.local.current[2]
+        try:
+            if oom:
+                raise OutOfMemoryError(self.rank, n)
+            if self.emulator is not None:
+                self.emulator.before_backward(n, time.perf_counter() - self.local.t_batch)
+            if loss is None or n == 0:
+                (sum(p.sum() for p in self.local.params) * 0.0).backward()   # Horovod's hooks still fire
+            else:
+                loss.backward()
+        except (OutOfMemoryError, torch.OutOfMemoryError) as exc:
+            if not self.config.oom_redo:
+                raise
+            warnings.warn(f"dynamix: rank {self.rank} out of memory at batch {n} ({exc}); redoing the step",
+                          RuntimeWarning, stacklevel=2)
+            self.report(oom=True)
+
+    def step(self, loss: torch.Tensor | float | None = None) -> Plan:
+        """Deprecated: the step is recorded inside ``optimizer.step()``; pass the loss with
+        ``dyn.report(loss=...)``. Kept working: records ``loss`` and returns the plan."""
+        deprecated("dyn.step(loss)", "optimizer.step() records the step; use dyn.report(loss=loss)")
+        if loss is not None and not self.local.redo:
+            self.local.meter.add_loss(loss)
+        return self.plan
 
 
 def save(path: str | os.PathLike[str], rank: int, payload_fn: Callable[[], dict[str, Any]],

@@ -20,6 +20,7 @@ from dynamix_hvd.measure import GradNoise, StepMeter
 from dynamix_hvd.observe import EpochProgress
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.react import ChangeDetector
+from dynamix_hvd.records import WorkerStats
 
 
 class LocalState:
@@ -123,6 +124,15 @@ class LocalState:
             self.react_ranks = None      # a change during warm-up is not decided on
             return False
         return self.react_ranks is not None or step + 1 >= self.next_due
+
+    def worker_stats(self, step: int, max_batch: int) -> WorkerStats:
+        """This rank's row of the decision after ``step`` (means per step over the interval)."""
+        meter, k = self.meter, self.config.accumulation
+        c, m, st = meter.means()
+        return WorkerStats(rank=self.rank, batch_size=self.sampler.plans.at(step).batch_sizes[self.rank],
+                           max_batch=max_batch, steps=meter.n, compute_s=c / k, step_s=st, comm_s=m,
+                           loss=meter.mean_loss(), changed=meter.changed if meter.n else 0,
+                           compute_se_s=meter.compute_se() / k)
 
     def recent_steps(self) -> int | None:
         """On an early decision: the steps since the change (throughput over them only)."""
