@@ -44,11 +44,19 @@ class LocalState:
         self.next_due = max(config.interval_steps, config.warmup_steps)  # regular decision after this many steps
         self.redo = False           # the last step ran out of memory somewhere and is redone
         self.on_new_step: Callable[[], None] = lambda: None   # (resets the hook's per-step counter)
+        self.step_plan: Plan = sampler.plans.latest   # set on the last micro-batch of each step
+        self.step_full = False
 
     # ---- data --------------------------------------------------------------------------
     def generate(self, epoch: int) -> Iterator[np.ndarray]:
         """Micro-batches of this rank for the rest of ``epoch``; records what was generated."""
+        one = self.config.accumulation == 1
         for sl in self.sampler.iter_epoch(epoch):
+            if one:                  # (no array_split for a single micro-batch)
+                mb = self.sampler.indices(sl, self.rank)
+                self.pending.append((sl, 0, len(mb)))
+                yield mb
+                continue
             for j, mb in enumerate(self.sampler.rank_micro_batches(sl, self.rank)):
                 self.pending.append((sl, j, len(mb)))
                 yield mb
@@ -74,10 +82,12 @@ class LocalState:
             rescale_accumulated(self.params, self.scale / w)
             self.scale = w
         if j == self.config.accumulation - 1:
-            self.gns.begin(self.config.gns and self.is_full(sl) and self.gns.sampled(sl.step, self.next_due))
+            self.step_plan = self.sampler.plans.at(sl.step)      # the plan this step runs under
+            self.step_full = self.is_full(sl, self.step_plan)
+            self.gns.begin(self.config.gns and self.step_full and self.gns.sampled(sl.step, self.next_due))
 
-    def is_full(self, sl: StepSlice) -> bool:
-        plan = self.sampler.plans.at(sl.step)
+    def is_full(self, sl: StepSlice, plan: Plan | None = None) -> bool:
+        plan = plan or self.sampler.plans.at(sl.step)
         k = self.config.accumulation
         return all(s == k * b for s, b in zip(sl.sizes, plan.batch_sizes))
 
@@ -93,9 +103,9 @@ class LocalState:
         summed gradients for |G|^2 on a sampled step."""
         now = time.perf_counter()
         sl = self.current[0]  # type: ignore[index]
-        before = self.sampler.plans.at(sl.step)
+        before = self.step_plan
         meter = self.meter
-        if self.is_full(sl):
+        if self.step_full:
             c, m, st = t_entry - self.t_batch, now - t_entry, now - self.t_batch
             meter.add(c, m, st, sl.total)
             if self.detector is not None:
