@@ -11,7 +11,8 @@ same per-rank batch (32) and SGD, under ``mpirun -np N``:
   hook    ``Dynamix(model, optimizer, ...)`` with its defaults (static controller), iterating
           ``dyn.batches(epoch)``; the loop is the hook's documented one.
 With ``--breakdown`` the hook also runs with one feature off at a time (gns, react, oom_redo,
-collector) and with all four off.
+collector), with all four off, and with a decision every 10 steps however short they are
+(``min_decision_s=0``; the default spaces decisions at least 0.5 s apart).
 
 One job runs every variant in the same processes, in rounds A B C .. C B A (A = plain): the
 ratio of a variant in a round is the mean steps/s of its two blocks over plain's two blocks, so a
@@ -42,6 +43,7 @@ VARIANTS = {
     "oom_redo=False": {"oom_redo": False},
     "collector=False": {"collector": False},
     "all four off": {"gns": False, "react": False, "oom_redo": False, "collector": False},
+    "min_decision_s=0": {"min_decision_s": 0},       # a decision every interval_steps (10) steps
 }
 
 
@@ -86,7 +88,12 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> fl
     else:
         from dynamix_hvd import Dynamix
 
-        dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=BATCH, **VARIANTS[variant])
+        kw = dict(VARIANTS[variant])
+        if "min_decision_s" in kw and "min_decision_s" not in Dynamix.__init__.__code__.co_varnames:
+            from dynamix_hvd.config import DynamixConfig
+            if "min_decision_s" not in DynamixConfig.__dataclass_fields__:
+                kw.pop("min_decision_s")      # the hook before the setting existed: its only mode
+        dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=BATCH, **kw)
         new_api = getattr(dyn, "report", None) is not None
         optimizer = dyn.optimizer
         s, epoch, t0 = 0, 0, 0.0
