@@ -88,11 +88,9 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> fl
     else:
         from dynamix_hvd import Dynamix
 
-        kw = dict(VARIANTS[variant])
-        if "min_decision_s" in kw and "min_decision_s" not in Dynamix.__init__.__code__.co_varnames:
-            from dynamix_hvd.config import DynamixConfig
-            if "min_decision_s" not in DynamixConfig.__dataclass_fields__:
-                kw.pop("min_decision_s")      # the hook before the setting existed: its only mode
+        from dynamix_hvd.config import DynamixConfig
+
+        kw = {k: v for k, v in VARIANTS[variant].items() if k in DynamixConfig.__dataclass_fields__}
         dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=BATCH, **kw)
         new_api = getattr(dyn, "report", None) is not None
         optimizer = dyn.optimizer
