@@ -18,8 +18,9 @@
   wire.py       row, plan and flag formats; comm.py moves them
   lifecycle.py  bounds, BatchNorm floor, collector, excepthook, checkpoints
 Per step (inside ``optimizer.step()``): wait for the flags that rode with the gradients,
-apply the update, record the step in O(1); every ``interval_steps`` steps (or at once when a
-rank's detector flags a change) gather the rows, decide on rank 0, broadcast the plan.
+apply the update, record the step in O(1); every ``interval_steps`` steps, at least
+``min_decision_s`` apart (or at once when a rank's detector flags a change), gather the rows,
+decide on rank 0, broadcast the plan with the step of the next decision.
 
 Why the weight: Horovod sums gradients (``op=hvd.Sum``); rank i's loss is its mean over n_i
 samples and its gradient is multiplied by n_i/T (T: the step's samples over all ranks), so the
