@@ -258,6 +258,9 @@ ENV_VARS: dict[str, str] = {
     "DYNAMIX_CACHE": "cache directory of generated data sets (workloads.py)",
     "DYNAMIX_IFACES": "network interfaces the collector watches (metrics/interfaces.py)",
     "DYNAMIX_PMPI_LIB": "path of libdynamix_pmpi.so (launch.py)",
+    "DYNAMIX_PMPI": "0/1: collective recording on/off in the preloaded PMPI library (csrc/pmpi/recorder.cc)",
+    "DYNAMIX_PMPI_RING": "ring capacity of the PMPI recorder (csrc/pmpi/recorder.cc)",
+    "DYNAMIX_WITH_NCCL": "build: compile the NCCL hooks (setup.py / CMake)",
     "DYNAMIX_REQUIRE_PMPI": "tests: fail instead of skip without the PMPI recorder",
     "DYNAMIX_VENV": "scripts: the virtual environment to use",
 }
