@@ -86,7 +86,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=",".join(workloads.WORKLOADS))
     p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--interval", type=int, default=10)
+    p.add_argument("--interval", type=int, default=10, help="the hook's decision interval while recording")
+    p.add_argument("--intervals", default="10,50",
+                   help="decision intervals replayed (the static controller's training does not depend on them; "
+                        "with min_decision_s the hook's intervals are longer than interval_steps when steps are short)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--every", default="2,5,10")
     p.add_argument("--skip", type=int, default=5, help="decisions before the EMA has settled, not compared")
@@ -99,17 +102,19 @@ def main() -> None:
         rows = record(name, args.steps, args.interval, args.batch)
         if hvd.rank() != 0:
             continue
-        full = replay(rows, args.interval, 1, 0.9)
-        for k in (int(e) for e in args.every.split(",")):
-            samp = replay(rows, args.interval, k, 0.9)
-            rel = [abs(a / b - 1.0) for a, b in zip(samp[args.skip:], full[args.skip:])
-                   if math.isfinite(a) and math.isfinite(b) and b > 0]
-            if not rel:
-                print(f"{name:16s} every {k:2d}: no finite estimates")
-                continue
-            print(f"{name:16s} every {k:2d}: |sampled/every-step - 1| median {statistics.median(rel):.3f} "
-                  f"max {max(rel):.3f} over {len(rel)} decisions; final {samp[-1]:.1f} vs {full[-1]:.1f} "
-                  f"({samp[-1] / full[-1] - 1:+.3f})", flush=True)
+        for iv in (int(i) for i in args.intervals.split(",")):
+            full = replay(rows, iv, 1, 0.9)
+            skip = max(1, args.skip * args.interval // iv)
+            for k in (int(e) for e in args.every.split(",")):
+                samp = replay(rows, iv, k, 0.9)
+                rel = [abs(a / b - 1.0) for a, b in zip(samp[skip:], full[skip:])
+                       if math.isfinite(a) and math.isfinite(b) and b > 0]
+                if not rel:
+                    print(f"{name:16s} interval {iv:3d} every {k:2d}: no finite estimates")
+                    continue
+                print(f"{name:16s} interval {iv:3d} every {k:2d}: |sampled/every-step - 1| median "
+                      f"{statistics.median(rel):.3f} max {max(rel):.3f} over {len(rel)} decisions; final "
+                      f"{samp[-1]:.1f} vs {full[-1]:.1f} ({samp[-1] / full[-1] - 1:+.3f})", flush=True)
     if hvd.rank() == 0:
         print("reproduce: mpirun --allow-run-as-root --oversubscribe -np 4 .venv/bin/python -m mpi4py "
               "benchmarks/bench_gns_sampling.py")

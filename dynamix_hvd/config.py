@@ -46,7 +46,7 @@ class DynamixConfig:
     shuffle: bool = True
     gns: bool = True                     # estimate the gradient noise scale
     gns_beta: float = 0.9                # EMA factor of the noise-scale estimator
-    gns_every: int = 5                   # gradient statistics on every k-th step (+ the step before each decision)
+    gns_every: int = 2                   # gradient statistics on every k-th step (+ the step before each decision)
     collector: bool = True               # sample NIC/CPU/memory with the native collector
     collector_period_ms: int = 100
     run_dir: str | None = None           # events.jsonl (+ TensorBoard) written here by rank 0
