@@ -12,7 +12,8 @@ Cells: workloads x speed traces {none, job_2_norm, job_3_norm, cov:coefficient_v
 {4, 8, 16, 32, 64}; per cell ``--seeds`` seeds (hardware factors drawn per seed; the same world
 for the three runs of a seed). A ratio is the median over seeds of the per-seed ratio
 time(controller) / time(hindsight) (paired); a controller that does not reach the target within the
-budget counts as infinitely slow. A second table holds static / split-only, the oracle held at the
+budget counts as infinitely slow. goodput's proposals are applied directly unless ``--limits``
+(the live hook's per-decision move limits, ``dynamix replay``'s default). A second table holds static / split-only, the oracle held at the
 static plan's global batch B0 (it only chooses the split): how much of the headroom is balance alone.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _t(x: float | None) -> float:
     return math.inf if x is None else float(x)
 
 
-def cell(workload: str, trace: str, n: int, seeds: int) -> dict:
+def cell(workload: str, trace: str, n: int, seeds: int, limits: bool = False) -> dict:
     sim = make_world(workload, trace, n).sim
     res: dict[str, list[float]] = {c: [] for c in ("static", "goodput", "hindsight")}
     res["split_only"] = []      # the oracle held at the static global batch B0: only the split is chosen
@@ -44,10 +45,11 @@ def cell(workload: str, trace: str, n: int, seeds: int) -> dict:
     cum0 = sim.pm.cum_for(B0.astype(float))
     for s in range(seeds):
         for c in ("static", "goodput", "hindsight"):
-            res[c].append(_t(run_one(sim, c, s)["time_to_target_s"]))
+            res[c].append(_t(run_one(sim, c, s, limits=limits)["time_to_target_s"]))
         res["split_only"].append(_episode(sim, s, B0, cum0, 1, 200_000)[0])
     h = np.array(res["hindsight"])
     out = {"workload": workload, "trace": trace, "workers": n, "seeds": seeds, "base_batch": sim.base_batch,
+           "move_limits": limits,
            "interval_steps": sim.interval_steps,
            "times": {c: [None if not math.isfinite(x) else round(x, 3) for x in v] for c, v in res.items()}}
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -81,6 +83,8 @@ def main() -> int:
     p.add_argument("--traces", default=",".join(TRACES))
     p.add_argument("--workers", default="4,8,16,32,64")
     p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--limits", action="store_true", help="apply the live per-decision move limits to goodput "
+                   "(dynamix replay's default; the table in docs/replay.md was measured without them)")
     p.add_argument("--out", default=None, help="JSON with one entry per cell")
     p.add_argument("--table", nargs="*", default=None, help="only merge these JSON files into the table")
     p.add_argument("--md", default=None, help="write the markdown table here")
@@ -93,7 +97,7 @@ def main() -> int:
         for w in a.workloads.split(","):
             for tr in a.traces.split(","):
                 for n in (int(x) for x in a.workers.split(",")):
-                    r = cell(w, tr, n, a.seeds)
+                    r = cell(w, tr, n, a.seeds, a.limits)
                     rows.append(r)
                     print(f"{w:>12} {tr:>26} N={n:3d}: goodput/hindsight {r['goodput_over_hindsight']:.2f}, "
                           f"static/hindsight {r['static_over_hindsight']:.2f} ({time.perf_counter() - t0:.0f} s)",

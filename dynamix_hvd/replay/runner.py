@@ -84,24 +84,33 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
     return make_controller(name, bounds, sim.base_batch)
 
 
-def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 200_000) -> dict[str, Any]:
-    """The live hook's loop on replayed records: state -> decide -> next_plan -> one interval."""
+def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 200_000,
+                   limits: bool = True) -> dict[str, Any]:
+    """The live hook's loop on replayed records: state -> decide -> per-decision move limits
+    (``safety.limit_proposal`` with the default ``MoveLimits``, as ``decide.Decider``; off with
+    ``limits=False``) -> next_plan -> one interval. No global-batch growth cap: the traces were
+    measured with AdaScale (``lr_rule="adascale"``: unbounded growth)."""
+    from dynamix_hvd.safety import MoveLimits, limit_proposal
     sim.reset(seed)
     ctl = build_controller(name, sim, seed)
     bounds = sim.bounds()
+    ml = MoveLimits()
     plan = Plan.uniform(sim.n, sim.base_batch)
     out = sim.step(plan.batch_sizes)
     Bs = [plan.global_batch]
     while not sim.done and sim.decisions < max_decisions:
         state = sim.cluster_state(plan, out)
-        plan = next_plan(plan, ctl.decide(state), bounds, start_step=sim.t)
+        proposed = ctl.decide(state)
+        if limits:
+            proposed = limit_proposal(state, proposed, ml, bounds.min_batch)[0]
+        plan = next_plan(plan, proposed, bounds, start_step=sim.t)
         out = sim.step(plan.batch_sizes)
         Bs.append(plan.global_batch)
     return {"time_to_target_s": sim.time if sim.reached else None, "schedule": Bs, "decisions": sim.decisions}
 
 
-def run_one(sim: ReplaySim, name: str, seed: int) -> dict[str, Any]:
-    return run_hindsight(sim, seed) if name == "hindsight" else run_controller(sim, name, seed)
+def run_one(sim: ReplaySim, name: str, seed: int, limits: bool = True) -> dict[str, Any]:
+    return run_hindsight(sim, seed) if name == "hindsight" else run_controller(sim, name, seed, limits=limits)
 
 
 def summarise(times: Sequence[float | None]) -> dict[str, Any]:
