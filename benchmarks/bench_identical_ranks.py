@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_identical_ranks.py [--np 2,4] [--launchers horovodrun,mpirun]
         [--controllers static,proportional,goodput,ppo] [--repeats 3] [--epochs 3] [--out runs/identical]
 
-Runs ``examples/mnist1d_horovod.py --controller C --epochs E --run-dir D`` for every launcher x
+Runs ``DYNAMIX_CONTROLLER=C DYNAMIX_RUN_DIR=D examples/mnist1d_horovod.py --epochs E`` for every launcher x
 world size x controller x repeat (interleaved), reads every plan the run's ``events.jsonl``
 recorded, and prints per cell: the largest deviation of any rank from the even split over the
 whole run, whether the global batch ever changed, the number of plan changes, and the final test
@@ -27,13 +27,15 @@ PY = sys.executable
 
 
 def launch(launcher: str, np_: int, controller: str, epochs: int, run_dir: Path) -> tuple[float, list[list[int]]]:
-    script = [str(REPO / "examples" / "mnist1d_horovod.py"), "--controller", controller, "--epochs", str(epochs),
-              "--run-dir", str(run_dir)]
+    # the example is the README's quickstart: settings come from DYNAMIX_* environment variables
+    script = [str(REPO / "examples" / "mnist1d_horovod.py"), "--epochs", str(epochs)]
     if launcher == "horovodrun":
         cmd = [str(Path(PY).parent / "horovodrun"), "-np", str(np_), PY] + script
     else:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_), PY, "-m", "mpi4py"] + script
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-x", "DYNAMIX_CONTROLLER", "-x", "DYNAMIX_RUN_DIR",
+               "-np", str(np_), PY, "-m", "mpi4py"] + script
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               DYNAMIX_CONTROLLER=controller, DYNAMIX_RUN_DIR=str(run_dir))
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")

@@ -56,6 +56,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     dyn = Dynamix(model, optimizer, dataset_size=len(x), base_batch=32, controller=args.controller,
                   run_dir=args.run_dir, interval_steps=10)
+    optimizer = dyn.optimizer
     ms = args.ms_per_sample * (args.slowdown if hvd.rank() == args.slow_rank % hvd.size() else 1.0)
     t0, reached, acc = time.perf_counter(), None, 0.0
     for epoch in range(args.epochs):
@@ -65,10 +66,9 @@ def main() -> None:
             pad = ms * 1e-3 * len(idx) - (time.perf_counter() - t_batch)   # the emulated device's speed
             if pad > 0:
                 time.sleep(pad)
-            dyn.optimizer.zero_grad()
-            dyn.backward(loss)
-            dyn.optimizer.step()
-            dyn.step(loss)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
         with torch.no_grad():
             acc = (model(xt).argmax(1) == yt).float().mean().item()
         wall = time.perf_counter() - t0
