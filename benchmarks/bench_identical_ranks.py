@@ -47,6 +47,8 @@ def launch(launcher: str, np_: int, controller: str, epochs: int, run_dir: Path)
         rec = json.loads(line)
         if "next_plan" in rec:
             plans.append(list(rec["next_plan"]["batch_sizes"]))
+    if not plans:
+        raise RuntimeError(f"{run_dir / 'events.jsonl'} records no decision: nothing was tested")
     return float(m[-1]), plans
 
 
