@@ -29,6 +29,7 @@ from dynamix_hvd.emulate.bench import read_jsonl
 from dynamix_hvd.emulate.scenario import load_scenario
 from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
+from dynamix_hvd.safety import MoveLimits, limit_proposal
 
 
 def _num(v: Any) -> Any:
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     bounds = PlanBounds(max_batch=tuple(w.max_batch for w in sc.workers), min_global_batch=floor)
     names = [c for c in a.controllers.split(",") if c]
     ctls = {c: make_controller(c, bounds, sc.base_batch) for c in names}
+    cfg = DynamixConfig()
+    limits = MoveLimits(max_rank_change=cfg.max_rank_change, max_global_change=cfg.max_global_change)
     recs = states(a.run)
     if not recs:
         raise SystemExit(f"{a.run}/events.jsonl has no decision records")
@@ -81,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for c in names:
             b = ctls[c].decide(st)
+            if not ctls[c].exact:        # the live path: the per-decision move limits come next
+                b, _ = limit_proposal(st, b, limits, bounds.min_batch)
             cells.append(f"{sum(b):12.1f} {fit_b(ctls[c]):6.1f} {_split(b):>12}")
         if a.first == 0 or i < a.first:
             print(f"{step:5d} {sum(live):6.1f} {_split(live):>12} " + " ".join(cells))
