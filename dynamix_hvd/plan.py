@@ -105,6 +105,22 @@ class PlanBounds:
                           self.min_global_batch, self.deadband, self.extra)
 
 
+def water_fill(weights: np.ndarray, lo: np.ndarray, hi: np.ndarray, total: float) -> np.ndarray:
+    """x_i = clip(lam * w_i, lo_i, hi_i) with sum(x) = total (bisection on lam): proportional to
+    the weights where no bound binds, a bound rank's surplus or deficit going to the others.
+    ``total`` must lie in [sum lo, sum hi]."""
+    lo_lam, hi_lam = 0.0, 1.0
+    while np.clip(hi_lam * weights, lo, hi).sum() < total and hi_lam < 1e18:
+        hi_lam *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo_lam + hi_lam)
+        if np.clip(mid * weights, lo, hi).sum() < total:
+            lo_lam = mid
+        else:
+            hi_lam = mid
+    return np.clip(hi_lam * weights, lo, hi)
+
+
 def split_global(global_batch: int, weights: Sequence[float], bounds: PlanBounds) -> list[int]:
     """Split ``global_batch`` over ranks in proportion to ``weights`` (e.g. samples/s),
     respecting per-rank caps and the minimum, in multiples of ``bounds.quantum`` where
@@ -123,16 +139,7 @@ def split_global(global_batch: int, weights: Sequence[float], bounds: PlanBounds
     total = float(min(max(global_batch, lo.sum()), hi.sum()))
     # continuous split x_i = clip(lam * w_i, lo_i, hi_i) with sum(x) = total (bisection on lam):
     # proportional where no bound binds, capped ranks' surplus goes to the others
-    lo_lam, hi_lam = 0.0, 1.0
-    while np.clip(hi_lam * w, lo, hi).sum() < total and hi_lam < 1e18:
-        hi_lam *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo_lam + hi_lam)
-        if np.clip(mid * w, lo, hi).sum() < total:
-            lo_lam = mid
-        else:
-            hi_lam = mid
-    alloc = np.clip(hi_lam * w, lo, hi)
+    alloc = water_fill(w, lo, hi, total)
     q = bounds.quantum
     units = alloc / q
     base = np.floor(units).astype(int) * q

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from dynamix_hvd.plan import water_fill
 from dynamix_hvd.records import ClusterState
 
 
@@ -141,22 +142,6 @@ class MoveLimits:
     hold_global_without_gns: bool = True
 
 
-def _fill(weights: np.ndarray, lo: np.ndarray, hi: np.ndarray, total: float) -> np.ndarray:
-    """x_i = clip(lam * w_i, lo_i, hi_i) with sum(x) = total (bisection on lam); ``total`` is
-    first clipped to [sum lo, sum hi]."""
-    total = float(np.clip(total, lo.sum(), hi.sum()))
-    a, b = 0.0, 1.0
-    while np.clip(b * weights, lo, hi).sum() < total and b < 1e18:
-        b *= 2.0
-    for _ in range(100):
-        mid = 0.5 * (a + b)
-        if np.clip(mid * weights, lo, hi).sum() < total:
-            a = mid
-        else:
-            b = mid
-    return np.clip(b * weights, lo, hi)
-
-
 def limit_proposal(state: ClusterState, proposed: Sequence[float], limits: MoveLimits,
                    min_batch: int = 1) -> tuple[list[float], list[str]]:
     """The proposal with the per-decision limits applied, and one note per limit that bound.
@@ -188,7 +173,8 @@ def limit_proposal(state: ClusterState, proposed: Sequence[float], limits: MoveL
         # a changed rank's move needs room: the others may move further this time
         lo, hi = np.full(cur.size, floor), np.full(cur.size, np.inf)
     target = prop * (B / prop.sum())
-    out = _fill(np.maximum(target, 1e-9), lo, hi, B)
+    B = float(np.clip(B, lo.sum(), hi.sum()))
+    out = water_fill(np.maximum(target, 1e-9), lo, hi, B)
     if np.any(np.abs(out - target) > 0.5):
         notes.append(f"per-rank moves limited to a factor {1 + x:g} per decision")
     return [float(v) for v in out], notes
