@@ -5,7 +5,7 @@
 
 1. Learning (simulator). The shipped policy is fine-tuned online by a ``PPOController(finetune=True)``
    on a stream of simulated episodes of one scenario (training seeds: even), exactly as on rank 0
-   of a job: sampled actions, reward of ``controllers.finetune.live_reward`` (the training reward
+   of a job: sampled actions, reward of ``controllers.live_reward.live_reward`` (the training reward
    with the live estimate of the oracle goodput), background PPO updates. The fine-tuned weights
    are then evaluated deterministically (``save_policy`` -> ``PPOController(policy=zip)``) on
    held-out odd seeds against the shipped policy and the proportional / goodput baselines, paired
@@ -28,7 +28,7 @@ import torch
 from dynamix_hvd.agent.rollout import evaluate_controller, factory
 from dynamix_hvd.agent.sim import SimConfig
 from dynamix_hvd.controllers import make_controller
-from dynamix_hvd.controllers.finetune import finetune_in_sim
+from dynamix_hvd.agent.finetune_sim import finetune_in_sim
 from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
 

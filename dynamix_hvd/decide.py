@@ -6,6 +6,11 @@ enough to run and test on its own (tests/unit/test_decide.py).
     ->  per-decision move limits (safety.limit_proposal)  ->  plan.next_plan (bounds, quantum,
         deadband)  ->  (next plan, decision record with the controller's reason)
 
+The controller loop itself (controller.decide -> move limits -> next_plan) is ``decide_plan``; the
+simulators (agent/rollout.py, agent/finetune_sim.py, replay/runner.py) run it through
+``control_loop`` on simulated or replayed records, so every controller is driven the same way live
+and offline.
+
 A controller that raises never stops training: the plan stays, and after repeated faults the
 fallback controller takes over (logged as an event and a warning).
 """
@@ -15,7 +20,7 @@ import math
 import sys
 import time
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -30,6 +35,63 @@ from dynamix_hvd.stats import NoiseScaleEstimator, Trend, statistical_efficiency
 def _moves(proposed: Sequence[float], current: Plan) -> bool:
     return len(proposed) != current.world_size or any(
         abs(float(p) - b) > 1e-9 for p, b in zip(proposed, current.batch_sizes))
+
+
+def decide_plan(controller: Controller, state: ClusterState, bounds: PlanBounds, start_step: int,
+                limits: MoveLimits | None, global_batch: float = math.nan) -> tuple[Plan, Sequence[float], list[str]]:
+    """The controller loop's one step: ``controller.decide(state)`` -> (rescaled to ``global_batch``
+    when that is finite and > 0: the goodput guard's revert) -> per-decision move ``limits`` (none
+    for an exact controller, a proposal of the current sizes, or ``limits=None``) -> ``next_plan``
+    from ``start_step``. Returns (next plan, the proposal after the limits, one note per limit that
+    bound). The plan is ``state.plan`` itself when it stays. Exceptions of the controller propagate."""
+    current = state.plan
+    proposed = controller.decide(state)
+    total = float(sum(proposed))
+    if math.isfinite(global_batch) and global_batch > 0 and total > 0:
+        proposed = [float(x) * global_batch / total for x in proposed]
+    notes: list[str] = []
+    # (a proposal of the current sizes has nothing to limit: skip the 0.5 ms of limit_proposal)
+    if limits is not None and not controller.exact and _moves(proposed, current):
+        proposed, notes = limit_proposal(state, proposed, limits, bounds.min_batch)
+    return next_plan(current, proposed, bounds, start_step), proposed, notes
+
+
+class Simulator(Protocol):
+    """What ``control_loop`` drives: agent.sim.ClusterSim and replay.sim.ReplaySim."""
+
+    t: int
+
+    @property
+    def done(self) -> bool: ...
+
+    def step(self, sizes: Sequence[int]) -> dict[str, Any]: ...
+
+    def cluster_state(self, plan: Plan, out: Any, last_action: np.ndarray | None = None) -> ClusterState: ...
+
+
+class Interval(NamedTuple):
+    """One simulated decision interval of ``control_loop``: the plan before the decision, the plan
+    the interval ran with (``prev`` itself when it stayed) and the simulator's output for it."""
+
+    prev: Plan
+    plan: Plan
+    out: dict[str, Any]
+
+
+def control_loop(sim: Simulator, controller: Controller, bounds: PlanBounds, plan: Plan, *,
+                 limits: MoveLimits | None = None, max_intervals: int | None = None) -> Iterator[Interval]:
+    """The live decision loop on a simulator: run ``plan`` for one interval, then until the
+    simulator is done (or ``max_intervals`` intervals ran, the first included): state ->
+    ``decide_plan`` -> one interval, yielding each. The caller's code between two yields runs
+    before the next decision (rewards, waiting for a background update)."""
+    out = sim.step(plan.batch_sizes)
+    n = 1
+    while not sim.done and (max_intervals is None or n < max_intervals):
+        new = decide_plan(controller, sim.cluster_state(plan, out), bounds, sim.t, limits)[0]
+        prev, plan = plan, new
+        out = sim.step(plan.batch_sizes)
+        n += 1
+        yield Interval(prev, plan, out)
 
 
 class Decider:
@@ -117,15 +179,8 @@ class Decider:
             revert_B = self.guard.baseline_B
             record["fallback"]["global_batch"] = revert_B
         try:
-            proposed = self.controller.decide(state)
-            total = float(sum(proposed))
-            if math.isfinite(revert_B) and revert_B > 0 and total > 0:
-                proposed = [float(x) * revert_B / total for x in proposed]
-            notes: list[str] = []
-            # (a proposal of the current sizes has nothing to limit: skip the 0.5 ms of limit_proposal)
-            if not self.controller.exact and _moves(proposed, current):
-                proposed, notes = limit_proposal(state, proposed, self.limits, self.bounds.min_batch)
-            proposal = next_plan(current, proposed, self.bounds, start_step)
+            proposal, proposed, notes = decide_plan(self.controller, state, self.bounds, start_step, self.limits,
+                                                    revert_B)
             record["reason"] = "; ".join([r for r in (getattr(self.controller, "last_reason", None),) if r]
                                          + notes) or None
             if proposal is not current:

@@ -1,7 +1,8 @@
 """Run any controller (static, oracle, ..., ppo) through one simulated episode.
 
-This is the controller loop of the live hook, on simulated records: ClusterState ->
-controller.decide -> plan.next_plan -> one interval -> reward. The env uses the same simulator,
+This is the controller loop of the live hook (``decide.control_loop``: ClusterState ->
+controller.decide -> plan.next_plan -> one interval) on simulated records, plus the reward. No
+per-decision move limits: the policy was trained without them. The env uses the same simulator,
 action mapping and reward, so a PPO controller here sees what the policy saw in training.
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dynamix_hvd.agent.reward import RewardWeights, sim_reward
 from dynamix_hvd.agent.sim import ClusterSim, SimConfig
 from dynamix_hvd.controllers import make_controller
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.plan import Plan, next_plan
+from dynamix_hvd.decide import control_loop
+from dynamix_hvd.plan import Plan
 
 
 @dataclass
@@ -53,18 +55,11 @@ def run_episode(sim: ClusterSim, build: ControllerFactory, seed: int, scenario: 
     assert cl is not None
     bounds = sim.bounds(deadband)
     ctl = build(sim)
-    plan = Plan.uniform(cl.n, cl.base_batch)
-    out = sim.step(plan.batch_sizes)
     ret, ratios, changes = 0.0, [], 0
     sums: dict[str, float] = {}
-    while not sim.done:
-        state = sim.cluster_state(plan, out)
-        proposed = ctl.decide(state)
-        new = next_plan(plan, proposed, bounds, start_step=sim.t)
-        changes += int(new is not plan)
-        prev, plan = plan.batch_sizes, new
-        out = sim.step(plan.batch_sizes)
-        terms = sim_reward(out, prev, weights)
+    for prev, plan, out in control_loop(sim, ctl, bounds, Plan.uniform(cl.n, cl.base_batch)):
+        changes += int(plan is not prev)
+        terms = sim_reward(out, prev.batch_sizes, weights)
         ret += terms["reward"]
         for k, v in terms.items():
             sums[k] = sums.get(k, 0.0) + v

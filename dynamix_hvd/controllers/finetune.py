@@ -3,8 +3,8 @@
 Every decision of a fine-tuning ``PPOController`` goes through ``FineTuner.step``:
 
 1. the reward of the *previous* action is computed from the new state with the reward the policy
-   was trained with (``agent.reward.reward_terms`` and the weights stored in the policy zip; see
-   ``live_reward``), and the previous (observation, action, value, log-prob) becomes a transition
+   was trained with (``dynamix_hvd.reward.reward_terms`` and the weights stored in the policy zip;
+   see ``controllers.live_reward``), and the previous (observation, action, value, log-prob) becomes a transition
    in a stable-baselines3 ``RolloutBuffer``;
 2. the action for this decision is *sampled* from the acting policy (exploration and valid
    log-probs for PPO), together with the critic's value, under a lock;
@@ -18,6 +18,8 @@ The number of workers N is fixed within a job, so the buffer's observation space
 (column 0 = the valid-row mask of ``state.pad_rows``, all ones) and the action space
 MultiDiscrete([n_levels] * N + [n_global]): the policy's parameters do not depend on the number
 of rows (``agent.policy``), so the zip trained on padded 64-row observations is loaded for N rows.
+
+Fine-tuning on simulated episodes (benchmarks, tests) is ``agent.finetune_sim.finetune_in_sim``.
 
 Nothing here touches the process-wide random generators (the training job's own randomness stays
 as without fine-tuning): sampling uses a private ``torch.Generator``, minibatch shuffling a private
@@ -40,84 +42,11 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
 from dynamix_hvd.agent.policy_io import PolicyLoadError, decode_state, encode_state, load_policy  # noqa: F401
-from dynamix_hvd.agent.reward import RewardWeights, reward_terms
-from dynamix_hvd.perfmodel import efficiency, exposed_comm
-from dynamix_hvd.controllers.model import equal_time_split
-from dynamix_hvd.plan import PlanBounds
-from dynamix_hvd.records import ClusterState
+from dynamix_hvd.controllers.live_reward import live_reward, reference_goodput  # noqa: F401 (re-exported)
 from dynamix_hvd.state import pad_rows
 
 OBS_LIMIT = 5.0          # as agent.env.OBS_LIMIT (the training observations are clipped to it)
 STATE_FORMAT = 1
-
-
-# ============================================================================ reward, live
-def reference_goodput(state: ClusterState, ref_global_batch: float, bounds: PlanBounds | None = None) -> float:
-    """Estimated goodput of the equal-compute-time split of ``ref_global_batch``: the live stand-in
-    for the simulator's oracle goodput G* in the reward's efficiency term.
-
-    Per rank the time per sample is the measured ``compute_s / batch_size`` (no fixed cost). The
-    step time of that split is modelled as the goodput controller does: allreduce time ``a`` =
-    median ``allreduce_p50_s``, overlap = (a - exposed) / max compute with exposed = ``step_s`` -
-    max ``compute_s`` measured now, step = compute + max(a - overlap x compute, 0.05 a). So G* does
-    not move with the current plan (only with the cluster). Without an allreduce time the exposed
-    communication is taken as measured. NaN when no rank has a usable compute time."""
-    b = np.array([w.batch_size for w in state.workers], dtype=float)
-    c = np.array([w.compute_s for w in state.workers], dtype=float)
-    ok = np.isfinite(c) & (c > 0) & (b > 0)
-    if not ok.any() or ref_global_batch <= 0:
-        return math.nan
-    beta = np.where(ok, c / np.maximum(b, 1.0), np.nan)
-    beta = np.where(ok, beta, np.nanmean(beta))
-    n = b.size
-    lo = float(max(bounds.min_batch, 1)) if bounds is not None else 1.0
-    caps = np.asarray(bounds.max_batch, dtype=float) if bounds is not None and len(bounds.max_batch) == n \
-        else np.full(n, np.inf)
-    split = equal_time_split(np.zeros(n), beta, float(ref_global_batch), lo, caps)
-    tc = float(np.max(beta * split))
-    step = _median([w.step_s for w in state.workers])
-    max_c = float(np.nanmax(c))
-    exposed = max(step - max_c, 0.0) if math.isfinite(step) else 0.0
-    comm = _median([w.allreduce_p50_s for w in state.workers])
-    if math.isfinite(comm) and comm > 0 and max_c > 0:
-        overlap = min(max((comm - exposed) / max_c, 0.0), 1.0)
-        exposed = float(exposed_comm(comm, tc, overlap))
-    t = tc + exposed
-    return float(ref_global_batch) / t if t > 0 else math.nan
-
-
-def _median(xs: Sequence[float]) -> float:
-    a = np.asarray(xs, dtype=float)
-    a = a[np.isfinite(a)]
-    return float(np.median(a)) if a.size else math.nan
-
-
-def live_reward(state: ClusterState, prev_sizes: Sequence[float], *, ref_global_batch: float,
-                weights: RewardWeights = RewardWeights(), bounds: PlanBounds | None = None,
-                reference: float | None = None) -> dict[str, float]:
-    """The training reward (``agent.reward.reward_terms``) of the interval ``state`` describes,
-    whose batch sizes followed ``prev_sizes``.
-
-    Goodput G = samples/s x E(B) exactly as the simulator computes it; G* is ``reference`` if given
-    (in the simulator: the oracle goodput, which reproduces ``sim_reward`` exactly) and otherwise
-    ``reference_goodput``. Missing compute or step times contribute no idle time."""
-    sizes = np.array([w.batch_size for w in state.workers], dtype=float)
-    B = float(sizes.sum())
-    step_s = _median([w.step_s for w in state.workers])
-    thr = state.glob.samples_per_s
-    if not (math.isfinite(thr) and thr > 0):
-        thr = B / step_s if math.isfinite(step_s) and step_s > 0 else math.nan
-    goodput = thr * efficiency(B, float(ref_global_batch), state.glob.noise_scale)
-    ref = reference if reference is not None else reference_goodput(state, ref_global_batch, bounds)
-    if not (math.isfinite(ref) and ref > 0):
-        ref = goodput                     # no estimate: efficiency term 1
-    c = np.array([w.compute_s for w in state.workers], dtype=float)
-    c = np.where(np.isfinite(c), c, np.nanmax(c) if np.isfinite(c).any() else 0.0)
-    return reward_terms(
-        goodput=goodput if math.isfinite(goodput) else 0.0, reference_goodput=ref if math.isfinite(ref) else 0.0,
-        compute_s=c, step_s=step_s if math.isfinite(step_s) else 0.0, sizes=sizes, prev_sizes=prev_sizes,
-        noise_scale=state.glob.noise_scale, grad_var_trend=state.glob.grad_var_trend,
-        val_loss_trend=state.glob.val_loss_trend, weights=weights)
 
 
 # ============================================================================ SB3 plumbing
@@ -406,60 +335,3 @@ class FineTuner:
         if self.error:
             d["error"] = self.error
         return d
-
-
-# ============================================================================ in the simulator
-def finetune_in_sim(sim_config: Any, scenario: str | None, n_workers: int, *, updates: int, steps: int = 32,
-                    lr: float = 1e-4, epochs: int = 4, seed: int = 0, episodes: int | None = None,
-                    policy: str | os.PathLike | None = None, oracle_reference: bool = False,
-                    log: Any = None) -> tuple[Any, dict[str, Any]]:
-    """Fine-tune one ``PPOController(finetune=True)`` on consecutive simulated episodes (even seeds
-    ``2 * (1000 * seed + episode)``; evaluation uses odd ones) until ``updates`` PPO updates ran, or
-    for exactly ``episodes`` episodes. Simulated decisions are ~1 ms apart, so the loop waits for a
-    launched update to finish before the next decision (live, decisions are seconds apart); the run
-    is therefore deterministic. Returns the controller and figures (per-episode online returns of
-    the sampled actions, live-minus-simulator reward per decision, update durations, wall time)."""
-    from dynamix_hvd.agent.reward import sim_reward
-    from dynamix_hvd.agent.sim import ClusterSim
-    from dynamix_hvd.controllers import make_controller
-    from dynamix_hvd.plan import Plan, next_plan
-
-    sim = ClusterSim(sim_config)
-    ctl: Any = None
-    ep, online, est_err = 0, [], []
-    t0 = time.perf_counter()
-    while (ctl is None or ctl.finetuner.n_updates < updates) if episodes is None else ep < episodes:
-        sim.reset(2 * (1000 * seed + ep), scenario, n_workers)
-        cl = sim.cluster
-        bounds = sim.bounds(0.05)
-        if ctl is None:
-            ctl = make_controller("ppo", bounds, cl.base_batch, policy=policy, finetune=True, finetune_steps=steps,
-                                  finetune_lr=lr, finetune_epochs=epochs, seed=seed,
-                                  reference_goodput_fn=(lambda _st: sim.oracle()[1]) if oracle_reference else None)
-        else:     # a new cluster of the same size: keep the weights, restart the decision state
-            ctl.bounds, ctl.base_batch = bounds, cl.base_batch
-            ctl.reset_episode()
-        plan = Plan.uniform(cl.n, cl.base_batch)
-        out = sim.step(plan.batch_sizes)
-        ret = 0.0
-        while True:
-            proposed = ctl.decide(sim.cluster_state(plan, out))   # at sim.done: only delivers the last reward
-            if ctl.finetuner.updating:
-                ctl.finetuner.wait()
-            if sim.done:
-                break
-            prev, plan = plan.batch_sizes, next_plan(plan, proposed, bounds, start_step=sim.t)
-            out = sim.step(plan.batch_sizes)
-            r = sim_reward(out, prev)["reward"]
-            ret += r
-            est_err.append(live_reward(sim.cluster_state(plan, out), prev, ref_global_batch=cl.ref_global_batch,
-                                       bounds=bounds)["reward"] - r)
-        online.append(ret)
-        ep += 1
-        if log is not None and ep % 10 == 0:
-            log(f"  episode {ep:4d}  updates {ctl.finetuner.n_updates:3d}  online return (last 10) "
-                f"{np.mean(online[-10:]):6.2f}  {time.perf_counter() - t0:5.1f}s")
-    ctl.finetuner.wait()
-    return ctl, {"episodes": ep, "online_returns": online, "reward_est_err": est_err,
-                 "update_s": list(ctl.finetuner.update_s), "wall_s": time.perf_counter() - t0,
-                 "stats": ctl.finetune_info()}

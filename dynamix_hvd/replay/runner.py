@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dynamix_hvd.plan import Plan, next_plan
+from dynamix_hvd.plan import Plan
 from dynamix_hvd.replay.oracle import run_hindsight
 from dynamix_hvd.replay.progress import build_progress
 from dynamix_hvd.replay.sim import ReplaySim
@@ -86,25 +86,18 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
 
 def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 200_000,
                    limits: bool = True) -> dict[str, Any]:
-    """The live hook's loop on replayed records: state -> decide -> per-decision move limits
-    (``safety.limit_proposal`` with the default ``MoveLimits``, as ``decide.Decider``; off with
-    ``limits=False``) -> next_plan -> one interval. No global-batch growth cap: the traces were
-    measured with AdaScale (``lr_rule="adascale"``: unbounded growth)."""
-    from dynamix_hvd.safety import MoveLimits, limit_proposal
+    """The live hook's loop (``decide.control_loop``) on replayed records: state -> decide ->
+    per-decision move limits (``safety.limit_proposal`` with the default ``MoveLimits``, as
+    ``decide.Decider``; off with ``limits=False``) -> next_plan -> one interval. No global-batch
+    growth cap: the traces were measured with AdaScale (``lr_rule="adascale"``: unbounded growth)."""
+    from dynamix_hvd.decide import control_loop
+    from dynamix_hvd.safety import MoveLimits
     sim.reset(seed)
     ctl = build_controller(name, sim, seed)
-    bounds = sim.bounds()
-    ml = MoveLimits()
     plan = Plan.uniform(sim.n, sim.base_batch)
-    out = sim.step(plan.batch_sizes)
     Bs = [plan.global_batch]
-    while not sim.done and sim.decisions < max_decisions:
-        state = sim.cluster_state(plan, out)
-        proposed = ctl.decide(state)
-        if limits:
-            proposed = limit_proposal(state, proposed, ml, bounds.min_batch)[0]
-        plan = next_plan(plan, proposed, bounds, start_step=sim.t)
-        out = sim.step(plan.batch_sizes)
+    for _, plan, _ in control_loop(sim, ctl, sim.bounds(), plan, limits=MoveLimits() if limits else None,
+                                   max_intervals=max_decisions):
         Bs.append(plan.global_batch)
     return {"time_to_target_s": sim.time if sim.reached else None, "schedule": Bs, "decisions": sim.decisions}
 

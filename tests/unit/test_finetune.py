@@ -17,7 +17,8 @@ from dynamix_hvd.agent.sim import ClusterSim, SimConfig  # noqa: E402
 from dynamix_hvd.config import ConfigError, DynamixConfig  # noqa: E402
 from dynamix_hvd.controllers import make_controller  # noqa: E402
 from dynamix_hvd.agent.rollout import evaluate_controller, factory  # noqa: E402
-from dynamix_hvd.controllers.finetune import finetune_in_sim, live_reward  # noqa: E402
+from dynamix_hvd.agent.finetune_sim import finetune_in_sim  # noqa: E402
+from dynamix_hvd.controllers.live_reward import live_reward  # noqa: E402
 from dynamix_hvd.controllers.ppo import load_policy  # noqa: E402
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan  # noqa: E402
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats  # noqa: E402
