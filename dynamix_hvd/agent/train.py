@@ -46,6 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "split of the policy's own target, or the current plan (first shipped policy)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
     p.add_argument("--quiet", action="store_true")
+    r = p.add_argument_group("replay world (--world replay; agent/replay_train.py)")
+    r.add_argument("--world", default="sim", choices=["sim", "replay"],
+                   help="sim: the goodput-formula simulator (agent/sim.py); replay: measured traces (replay/)")
+    r.add_argument("--workloads", default="", help="replay: comma list of workloads (default: the shipped four)")
+    r.add_argument("--traces", default="", help="replay: comma list of speed-trace families (default: all, + synthetic)")
+    r.add_argument("--history", type=int, default=8, help="replay: per-worker history window (0 = no history features)")
+    r.add_argument("--no-curriculum", action="store_true", help="replay: sample pooled worlds uniformly")
 
 
 def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
@@ -138,6 +145,8 @@ def _plot_curve(curve: list[tuple[int, float, float, float]], path: Path, title:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.world == "replay":
+        return _run_replay(args)
     cfg = env_config_from_args(args)
     if not args.quiet:
         print(f"training {args.timesteps} steps, seed {args.seed}, workers {cfg.sim.n_workers}, "
@@ -145,4 +154,23 @@ def run(args: argparse.Namespace) -> int:
     meta = train(cfg, args.timesteps, args.seed, Path(args.out), args.n_envs, args.hidden, args.threads,
                  verbose=not args.quiet)
     print(f"saved {args.out} in {meta['wall_s']:.0f}s; final mean return {meta['final_mean_return_last50']}")
+    return 0
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    import sys
+    from dynamix_hvd.agent.replay_train import config_from_args, train_replay
+    if args.global_scales == "0.8,1.0,1.25":      # the sim default: the replay policies use REPLAY_SCALES
+        args.global_scales = ""
+    if args.workers == "2,64" or not args.workers:
+        args.workers = "2,64"
+    cfg = config_from_args(args)
+    if not args.quiet:
+        print(f"training in the replay world: {args.timesteps} steps, seed {args.seed}, workloads {cfg.workloads}, "
+              f"anchor {cfg.action.anchor}, history {cfg.history}, disabled {sorted(cfg.obs.disabled_groups)}, "
+              f"curriculum {cfg.curriculum} -> {args.out}", flush=True)
+    meta = train_replay(cfg, args.timesteps, args.seed, Path(args.out), args.n_envs, args.hidden, args.threads,
+                        verbose=not args.quiet, command="dynamix " + " ".join(sys.argv[1:]))
+    print(f"saved {args.out} in {meta['wall_s']:.0f}s; {meta['episodes']} episodes; time / goodput over the "
+          f"last 50 training episodes {meta['final_time_over_goodput_last50']}")
     return 0

@@ -43,11 +43,15 @@ class PPOController(Controller):
         self.net = self.policy.mlp_extractor
         self.obs_config = ObsConfig.from_dict(cfg.get("obs", {}))
         self.action_config = ActionConfig.from_dict(cfg.get("action", {}))
-        expected = N_FEATURES + 1
+        # per-worker history features (agent/history.py), when the policy was trained with them
+        from dynamix_hvd.agent.history import N_HISTORY, WorkerHistory
+        hist = cfg.get("history")
+        self.history = WorkerHistory(int(hist.get("window", 8))) if hist else None
+        expected = N_FEATURES + 1 + (N_HISTORY if self.history is not None else 0)
         if self.net.n_features != expected:
             raise PolicyLoadError(
                 f"policy file {policy or default_policy_path()} expects {self.net.n_features - 1} features per "
-                f"worker but this version of dynamix_hvd.state builds {N_FEATURES}: retrain the policy")
+                f"worker but this version of dynamix_hvd.state builds {expected - 1}: retrain the policy")
         if self.net.n_levels != self.action_config.n_levels or \
                 self.net.n_global != len(self.action_config.global_scales):
             raise PolicyLoadError(f"policy file {policy or default_policy_path()}: action config does not match "
@@ -88,6 +92,8 @@ class PPOController(Controller):
                                                            compute_s=1e-3 * b, step_s=2e-3 * b) for r in range(n)],
                           GlobalStats())
         self.net.act_rows(self.observe(st), deterministic=True)
+        if self.history is not None:
+            self.history.reset()     # the synthetic state is no part of the job's history
 
     def observe(self, state: ClusterState) -> np.ndarray:
         """The (N, F) observation the policy sees for this state."""
@@ -96,8 +102,11 @@ class PPOController(Controller):
         if last is not None and np.size(last) != state.world_size:
             last = None
         st = ClusterState(state.plan, state.workers, state.glob, last)
-        return build_observation(st, ref_global_batch=self.base_batch * state.world_size,
-                                 last_global_action=self.last_global, config=self.obs_config)
+        obs = build_observation(st, ref_global_batch=self.base_batch * state.world_size,
+                                last_global_action=self.last_global, config=self.obs_config)
+        if self.history is not None:     # added once per state (a second call returns the same)
+            obs = np.concatenate([obs, self.history.features(state)], axis=1)
+        return obs
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, int]:
         """Signed per-worker levels (-k..k) and the global-scale index."""
@@ -155,6 +164,8 @@ class PPOController(Controller):
         """Forget the per-job decision state (target global batch, last action); with fine-tuning
         the next transition starts a new episode. The (fine-tuned) weights are kept."""
         self.target_B, self.last_levels, self.last_global = None, None, 0.0
+        if self.history is not None:
+            self.history.reset()
         if self.anchor is not None:
             from dynamix_hvd.agent.actions import make_anchor
             self.anchor = make_anchor(self.action_config, self.bounds, self.base_batch)

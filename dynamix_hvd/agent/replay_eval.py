@@ -1,0 +1,221 @@
+"""`dynamix eval-replay`: the policy against the baselines and the hindsight oracle, per cell of
+the replay world (workload x speed trace x N), over held-out seeds.
+
+    nice -n 15 dynamix eval-replay --workloads bert,cifar10,deepspeech2,ncf \\
+        --traces none,job_3_norm,cov:coefficient_variation --workers 8,32 --seeds 20 --jobs 2 \\
+        [--policy ppo=PATH] [--policy new=PATH ...] [--loo bert=P1,cifar10=P2,...] \\
+        [--cache runs/replay_eval_cache.json] [--out OUT.json]
+
+Seeds 0..K-1 (training worlds use seeds >= 1,000,000); every controller runs the same world for a
+seed (``dynamix replay``'s worlds: the unperturbed workloads, ``replay.worlds.build_sim``). Per cell
+it prints the median time to target of static, proportional, goodput, hindsight and each policy
+(``--policy LABEL=PATH``; default ``ppo`` = the shipped default) and, per policy, the issue's
+summary statistics over cells (medians per cell, a miss counts as infinitely slow):
+
+* geomean of median(policy) / median(goodput); the same over the cells where goodput / hindsight
+  >= 1.15; the largest cell ratio;
+* fraction of goodput's gap to the oracle closed: mean over cells of (g - p) / (g - h);
+* policy / static at 32 workers;
+* ``--loo W=PATH``: a policy trained without W evaluated on W's cells only (label ``loo``), and
+  its geomean per workload.
+
+Baseline and policy times are cached per (cell, seed, controller[, policy file hash]) in
+``--cache``, so a new policy costs only its own episodes.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import time
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
+
+BASELINES = ("static", "proportional", "goodput", "hindsight")
+GAP_CELL = 1.15
+
+
+def _file_hash(path: str) -> str:
+    return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:12]
+
+
+def _run_task(task: tuple[str, int, str, str, tuple[int, ...]]) -> list[tuple[int, float | None]]:
+    wl, n, trace, ctl, seeds = task
+    from dynamix_hvd.replay.runner import run_one
+    from dynamix_hvd.replay.worlds import WorldSpec, build_sim
+    out = []
+    for s in seeds:
+        sim = build_sim(WorldSpec(wl, n, trace, s))
+        out.append((s, run_one(sim, ctl, s)["time_to_target_s"]))
+    return out
+
+
+def _median(xs: Sequence[float | None]) -> float:
+    return float(np.median([math.inf if x is None else x for x in xs]))
+
+
+def geomean(xs: Sequence[float]) -> float:
+    v = np.asarray([x for x in xs if math.isfinite(x) and x > 0])
+    return float(np.exp(np.log(v).mean())) if v.size else math.nan
+
+
+def summarise(cells: list[dict[str, Any]], label: str) -> dict[str, Any]:
+    """The issue's statistics for one policy label over the cells that have it."""
+    rows = [c for c in cells if label in c["median"]]
+    r = [c["median"][label] / c["median"]["goodput"] for c in rows]
+    gap = [c for c in rows if c["median"]["goodput"] / c["median"]["hindsight"] >= GAP_CELL]
+    closed = [(c["median"]["goodput"] - c["median"][label]) / (c["median"]["goodput"] - c["median"]["hindsight"])
+              for c in rows if c["median"]["goodput"] > c["median"]["hindsight"]]
+    n32 = [c["median"][label] / c["median"]["static"] for c in rows if c["workers"] == 32]
+    per_wl = {w: geomean([c["median"][label] / c["median"]["goodput"] for c in rows if c["workload"] == w])
+              for w in sorted({c["workload"] for c in rows})}
+    return {"cells": len(rows), "geomean_vs_goodput": geomean(r),
+            "cells_gap_ge_1.15": len(gap),
+            "geomean_vs_goodput_in_gap_cells": geomean([c["median"][label] / c["median"]["goodput"] for c in gap]),
+            "max_vs_goodput": max(r) if r else math.nan,
+            "gap_closed_mean": float(np.mean(closed)) if closed else math.nan,
+            "vs_static_at_32": geomean(n32), "geomean_vs_goodput_per_workload": per_wl}
+
+
+def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[int], seeds: Sequence[int],
+             policies: dict[str, str], loo: dict[str, str], jobs: int = 1, cache_path: str | None = None,
+             verbose: bool = True) -> dict[str, Any]:
+    cache: dict[str, float | None] = {}
+    if cache_path and Path(cache_path).is_file():
+        cache = json.loads(Path(cache_path).read_text())
+    hashes = {p: _file_hash(p) for p in set(policies.values()) | set(loo.values()) if p}
+    ctl_of = {b: b for b in BASELINES}
+
+    def name_for(label: str, wl: str) -> str | None:
+        if label in BASELINES:
+            return label
+        path = loo.get(wl) if label == "loo" else policies[label]
+        if label == "loo" and path is None:
+            return None
+        return f"ppo:{path}" if path else "ppo"
+
+    def key(wl, tr, n, s, label) -> str:
+        nm = name_for(label, wl)
+        tag = nm if nm in ctl_of or nm == "ppo" else f"ppo#{hashes[nm[4:]]}"
+        if nm == "ppo":
+            from dynamix_hvd.agent.policy_io import default_policy_path
+            tag = f"ppo#{_file_hash(str(default_policy_path()))}"
+        return f"{wl}|{tr}|{n}|{s}|{tag}"
+
+    labels = list(BASELINES) + list(policies) + (["loo"] if loo else [])
+    tasks = []
+    for wl in workloads:
+        for tr in traces:
+            for n in workers:
+                for lb in labels:
+                    nm = name_for(lb, wl)
+                    if nm is None:
+                        continue
+                    todo = tuple(s for s in seeds if key(wl, tr, n, s, lb) not in cache)
+                    if todo:
+                        tasks.append(((wl, n, tr, nm, todo), [key(wl, tr, n, s, lb) for s in todo]))
+    t0 = time.perf_counter()
+    if tasks:
+        if verbose:
+            print(f"running {sum(len(t[0][4]) for t in tasks)} episodes in {len(tasks)} tasks on {jobs} processes",
+                  flush=True)
+        ctx = get_context("fork")
+        with ctx.Pool(max(1, jobs)) as pool:
+            for (task, keys), res in zip(tasks, pool.imap(_run_task, [t[0] for t in tasks])):
+                for k, (_, v) in zip(keys, res):
+                    cache[k] = v
+        if cache_path:
+            Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(cache_path).write_text(json.dumps(cache))
+    cells = []
+    for wl in workloads:
+        for tr in traces:
+            for n in workers:
+                med = {}
+                for lb in labels:
+                    if name_for(lb, wl) is None:
+                        continue
+                    med[lb] = _median([cache[key(wl, tr, n, s, lb)] for s in seeds])
+                cells.append({"workload": wl, "trace": tr, "workers": n, "median": med})
+    summary = {lb: summarise(cells, lb) for lb in labels if lb not in BASELINES}
+    return {"cells": cells, "summary": summary, "seeds": list(seeds), "policies": policies, "loo": loo,
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def format_table(res: dict[str, Any]) -> str:
+    cells = res["cells"]
+    labels = list(cells[0]["median"]) if cells else []
+    pol = [lb for lb in labels if lb not in BASELINES]
+    hdr = ["workload", "trace", "N"] + labels + ["g/h"] + [f"{p}/g" for p in pol]
+    lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    for c in cells:
+        m = c["median"]
+        tr = c["trace"].replace("cov:coefficient_variation", "CoV").replace("_norm", "")
+        row = [c["workload"], tr, str(c["workers"])] + [f"{m[lb]:.0f}" if lb in m else "-" for lb in labels]
+        row.append(f"{m['goodput'] / m['hindsight']:.2f}")
+        row += [f"{m[p] / m['goodput']:.3f}" if p in m else "-" for p in pol]
+        lines.append("| " + " | ".join(row) + " |")
+    for p, s in res["summary"].items():
+        lines.append(f"\n{p}: cells {s['cells']}, geomean {p}/goodput {s['geomean_vs_goodput']:.3f}, in the "
+                     f"{s['cells_gap_ge_1.15']} cells with goodput/hindsight >= {GAP_CELL} "
+                     f"{s['geomean_vs_goodput_in_gap_cells']:.3f}, max {s['max_vs_goodput']:.3f}, gap to hindsight "
+                     f"closed {s['gap_closed_mean']:+.2f} (mean over cells), {p}/static at N=32 "
+                     f"{s['vs_static_at_32']:.3f}; per workload " +
+                     ", ".join(f"{w} {v:.3f}" for w, v in s["geomean_vs_goodput_per_workload"].items()))
+    return "\n".join(lines)
+
+
+def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
+    out = {}
+    for it in items:
+        for part in it.split(","):
+            if not part:
+                continue
+            if "=" not in part:
+                raise ValueError(f"{what} {part!r}: expected LABEL=PATH")
+            k, v = part.split("=", 1)
+            if v and not Path(v).is_file():
+                raise ValueError(f"{what} {part!r}: policy file {v} not found")
+            out[k] = v
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workloads", default=",".join(SHIPPED_WORKLOADS), help="comma list (names or Pollux dirs)")
+    p.add_argument("--traces", default="none,job_3_norm,cov:coefficient_variation",
+                   help="comma list of speed traces (none, a PAI file, cov:FILE)")
+    p.add_argument("--workers", default="8,32", help="comma list of world sizes")
+    p.add_argument("--seeds", type=int, default=20, help="held-out seeds 0..K-1")
+    p.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--policy", action="append", default=[], help="LABEL=PATH (repeatable; default ppo=shipped)")
+    p.add_argument("--loo", action="append", default=[], help="WORKLOAD=PATH: policy trained without WORKLOAD")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes (run under nice -n 15)")
+    p.add_argument("--cache", default="runs/replay_eval_cache.json", help="episode cache ('' = none)")
+    p.add_argument("--out", default="", help="result JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        policies = _pairs(args.policy, "--policy") or {"ppo": ""}
+        loo = _pairs(args.loo, "--loo")
+        workers = [int(x) for x in args.workers.split(",") if x]
+        if args.seeds < 1 or not workers or min(workers) < 1:
+            raise ValueError(f"--seeds {args.seeds} / --workers {args.workers}: need >= 1")
+    except ValueError as exc:
+        print(f"dynamix eval-replay: {exc}")
+        return 2
+    seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
+    res = evaluate([w for w in args.workloads.split(",") if w], [t for t in args.traces.split(",") if t], workers,
+                   seeds, policies, loo, args.jobs, args.cache or None)
+    print(format_table(res))
+    print(f"\n{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}), {res['wall_s']:.0f} s")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(res, indent=2))
+    return 0

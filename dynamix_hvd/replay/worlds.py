@@ -1,0 +1,180 @@
+"""Randomised replay worlds for training a policy: the measured workloads and speed traces, and
+synthetic perturbations of them, so a policy does not memorise the shipped four.
+
+A ``WorldSpec`` fixes one world (workload, world size N, speed-trace family, perturbation
+parameters, seed); ``build_sim`` turns it into a ``ReplaySim``. Perturbations (all drawn per
+world by ``draw_spec``; ``Perturbation()`` = the measured workload unchanged):
+
+* ``sample_scale``: every sample count to every metric level x s (rescales the sample axis);
+* ``batch_warp`` (g0, g1): each metric level's segment costs ``(B_c / B_min) ** g_k`` more samples
+  on the run at measured batch B_c, ``g_k = g0 + g1 k / K`` (changes how much larger batches pay
+  in samples, differently early and late: warps the curves);
+* ``gns_shift``: the true noise scale x exp(shift) (a noise scale that is not the curves' truth);
+  ``gns_sigma_mult``: its estimator noise x m;
+* ``compute_scale`` / ``sync_scale``: the measured compute / sync times x a / x c;
+* ``cap_frac``: the memory cap lowered to the largest measured local batch <= frac x cap.
+
+Speed-trace families: ``none``, PAI per-worker files, the CoV table, and ``synthetic``: a
+per-world generated per-worker series (``synthetic_trace``) with transient stragglers (slowdowns
+of random length) and lasting ones (from a random sample to the end), the kind of straggler a
+policy must tell apart.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from dynamix_hvd.replay.progress import ProgressModel, build_progress
+from dynamix_hvd.replay.sim import ReplaySim
+from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
+from dynamix_hvd.replay.throughput import ThroughputModel, build_throughput
+
+SHIPPED_WORKLOADS = ("bert", "cifar10", "deepspeech2", "ncf")
+TRACE_FAMILIES = ("none", "job_2_norm", "job_3_norm", "cov:coefficient_variation", "synthetic")
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    sample_scale: float = 1.0
+    batch_warp: tuple[float, float] = (0.0, 0.0)
+    gns_shift: float = 0.0
+    gns_sigma_mult: float = 1.0
+    compute_scale: float = 1.0
+    sync_scale: float = 1.0
+    cap_frac: float = 1.0
+
+    @property
+    def identity(self) -> bool:
+        return self == Perturbation()
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    workload: str
+    n: int
+    trace: str
+    seed: int
+    pert: Perturbation = field(default_factory=Perturbation)
+
+    def key(self) -> tuple:
+        return (self.workload, self.n, self.trace, self.seed, self.pert)
+
+    def label(self) -> str:
+        return f"{self.workload}/{self.trace}/N={self.n}/s{self.seed}" + ("" if self.pert.identity else "/pert")
+
+
+# ---------------------------------------------------------------------- perturbations
+def perturb_progress(pm: ProgressModel, p: Perturbation) -> ProgressModel:
+    if p.sample_scale == 1.0 and p.batch_warp == (0.0, 0.0) and p.gns_shift == 0.0 and p.gns_sigma_mult == 1.0:
+        return pm
+    K = pm.n_levels
+    with np.errstate(invalid="ignore"):
+        seg = np.diff(pm.cum, axis=1)                               # (C, K)
+    seg = np.where(np.isfinite(pm.cum[:, 1:]), seg, math.inf)       # inf = unreachable
+    g = p.batch_warp[0] + p.batch_warp[1] * np.arange(1, K + 1) / K
+    seg = seg * (pm.batches / pm.batches[0])[:, None] ** g[None, :] * p.sample_scale
+    cum = np.concatenate([np.zeros((seg.shape[0], 1)), np.cumsum(seg, axis=1)], axis=1)
+    return replace(pm, cum=cum, log_ratio=pm.log_ratio + p.gns_shift, gns_sigma=pm.gns_sigma * p.gns_sigma_mult)
+
+
+def with_cap(tp: ThroughputModel, cap: int) -> ThroughputModel:
+    """The model with its memory cap lowered to ``cap`` (a grid point; the grid keeps >= 2 points)."""
+    keep = tp.grid <= cap
+    keep[:2] = True
+    grid = tp.grid[keep]
+    cap = int(grid[-1])
+    bs = np.arange(cap + 1, dtype=float)
+    idx = np.clip(np.searchsorted(grid, bs, side="right") - 1, 0, grid.size - 2)
+    w = np.clip((bs - grid[idx]) / (grid[idx + 1] - grid[idx]), 0.0, 1.0)
+    return ThroughputModel(tp.n, grid, tp.compute[keep], tp.sync[keep], idx.astype(np.int64), w, tp.timing_sigma)
+
+
+def perturb_throughput(tp: ThroughputModel, p: Perturbation) -> ThroughputModel:
+    out = tp
+    if p.compute_scale != 1.0 or p.sync_scale != 1.0:
+        out = replace(out, compute=out.compute * p.compute_scale, sync=out.sync * p.sync_scale)
+    if p.cap_frac < 1.0:
+        out = with_cap(out, int(math.floor(p.cap_frac * out.cap)))
+    return out
+
+
+# ---------------------------------------------------------------------- synthetic stragglers
+def synthetic_trace(n: int, rng: np.random.Generator, length: int = 1500) -> SpeedTrace:
+    """Per-worker relative times (length samples x n workers, one sample = 10 steps): a small
+    static imbalance, transient slowdowns (Poisson starts, geometric lengths, factors 1.3-4x) and,
+    with probability 1/2, lasting stragglers from a random sample on."""
+    base = np.exp(rng.normal(0.0, rng.uniform(0.0, 0.08), n))
+    s = np.tile(base, (length, 1))
+    rate = math.exp(rng.uniform(math.log(5e-4), math.log(2e-2)))
+    mean_len = math.exp(rng.uniform(math.log(3), math.log(80)))
+    for w in range(n):
+        for t0 in np.flatnonzero(rng.random(length) < rate):
+            d = int(rng.geometric(1.0 / mean_len))
+            s[t0:t0 + d, w] *= math.exp(rng.uniform(math.log(1.3), math.log(4.0)))
+    if rng.random() < 0.5:
+        k = int(rng.integers(1, max(1, n // 4) + 1))
+        for w in rng.choice(n, size=k, replace=False):
+            s[int(rng.integers(length)):, w] *= math.exp(rng.uniform(math.log(1.5), math.log(4.0)))
+    s *= rng.lognormal(0.0, 0.02, s.shape)           # per-sample jitter
+    return SpeedTrace("pai", "synthetic", series=s, stride=10)
+
+
+# ---------------------------------------------------------------------- building worlds
+@functools.lru_cache(maxsize=16)
+def _workload(name: str):
+    from dynamix_hvd.replay.runner import resolve_workload
+    from dynamix_hvd.traces import load_pollux
+    wl = load_pollux(resolve_workload(name))
+    return wl, build_progress(wl)
+
+
+@functools.lru_cache(maxsize=256)
+def _throughput(name: str, n: int) -> ThroughputModel:
+    return build_throughput(_workload(name)[0].throughput, n)
+
+
+@functools.lru_cache(maxsize=16)
+def _trace(spec: str) -> SpeedTrace:
+    from dynamix_hvd.replay.runner import resolve_trace
+    return load_speed_trace(resolve_trace(spec))
+
+
+def build_sim(spec: WorldSpec) -> ReplaySim:
+    """The ReplaySim of a world (call ``sim.reset(spec.seed)`` to start it)."""
+    pm = perturb_progress(_workload(spec.workload)[1], spec.pert)
+    tp = perturb_throughput(_throughput(spec.workload, spec.n), spec.pert)
+    if spec.trace == "synthetic":
+        trace = synthetic_trace(spec.n, np.random.default_rng([spec.seed, 11]))
+    else:
+        trace = _trace(spec.trace)
+    return ReplaySim(pm, tp, trace, spec.n)
+
+
+def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Perturbation:
+    def logu(lo: float, hi: float) -> float:
+        return float(math.exp(rng.uniform(math.log(lo), math.log(hi)) * strength))
+    return Perturbation(
+        sample_scale=logu(0.5, 2.0),
+        batch_warp=(float(rng.uniform(-0.15, 0.25) * strength), float(rng.uniform(-0.15, 0.3) * strength)),
+        gns_shift=float(rng.uniform(-0.7, 0.7) * strength),
+        gns_sigma_mult=logu(0.5, 2.0),
+        compute_scale=logu(0.5, 2.0),
+        sync_scale=logu(0.33, 3.0),
+        cap_frac=1.0 if rng.random() < 0.6 else float(rng.uniform(0.25, 1.0)),
+    )
+
+
+def draw_spec(rng: np.random.Generator, workloads: Sequence[str], traces: Sequence[str] = TRACE_FAMILIES,
+              n_range: tuple[int, int] = (2, 64), perturb_prob: float = 0.7, seed_base: int = 1_000_000) -> WorldSpec:
+    """One training world: workload and trace uniform, N log-uniform in ``n_range``, a perturbation
+    with probability ``perturb_prob``; seeds from ``seed_base`` up (evaluation uses seeds below it)."""
+    wl = str(workloads[int(rng.integers(len(workloads)))])
+    tr = str(traces[int(rng.integers(len(traces)))])
+    lo, hi = n_range
+    n = int(np.clip(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.49)))), lo, hi))
+    pert = draw_perturbation(rng) if rng.random() < perturb_prob else Perturbation()
+    return WorldSpec(wl, n, tr, int(seed_base + rng.integers(1 << 30)), pert)

@@ -1,0 +1,169 @@
+"""The replay-world gym env, its worlds, curriculum, training and evaluation (issue 19)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dynamix_hvd.agent.actions import ActionConfig
+from dynamix_hvd.agent.curriculum import WorldPool
+from dynamix_hvd.agent.history import N_HISTORY, WorkerHistory
+from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
+from dynamix_hvd.agent.replay_eval import summarise
+from dynamix_hvd.replay.worlds import (Perturbation, WorldSpec, build_sim, draw_spec, perturb_progress,
+                                       synthetic_trace, with_cap, _workload, _throughput)
+from dynamix_hvd.state import N_FEATURES
+
+SMALL = ReplayEnvConfig(workloads=("cifar10",), traces=("none", "synthetic"), n_range=(2, 4), n_max=8)
+
+
+def _noop(env: ReplayEnv) -> np.ndarray:
+    a = np.full(env.action_space.shape, env.cfg.action.k)
+    a[-1] = env.cfg.action.noop_global
+    return a
+
+
+def _episode(env: ReplayEnv, options: dict, policy=None) -> tuple[list[np.ndarray], list[float], dict]:
+    obs, _ = env.reset(options=options)
+    seen, rewards = [obs], []
+    while True:
+        if policy is None:
+            a = _noop(env)
+        else:
+            n = env.sim.n
+            idx, g = policy.mlp_extractor.act_rows(obs[:n, 1:], deterministic=True)
+            a = np.concatenate([idx, np.full(env.cfg.n_max - n, env.cfg.action.k), [g]])
+        obs, r, term, trunc, info = env.step(a)
+        seen.append(obs)
+        rewards.append(r)
+        if term or trunc:
+            return seen, rewards, info
+
+
+def test_spaces_and_shapes():
+    env = ReplayEnv(SMALL, pool_seed=3)
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (8, N_FEATURES + N_HISTORY + 1) == env.observation_space.shape
+    assert env.observation_space.contains(obs)
+    n = env.sim.n
+    assert obs[:n, 0].sum() == n and not obs[n:].any()          # mask column, padded rows zero
+    obs2, r, term, trunc, _ = env.step(env.action_space.sample())
+    assert env.observation_space.contains(obs2) and math.isfinite(r)
+    no_hist = ReplayEnv(ReplayEnvConfig(workloads=("cifar10",), n_range=(2, 4), n_max=8, history=0), pool_seed=3)
+    assert no_hist.observation_space.shape == (8, N_FEATURES + 1)
+
+
+def test_deterministic_per_seed_and_return_is_time_vs_goodput():
+    spec = WorldSpec("cifar10", 4, "synthetic", 12, Perturbation(sample_scale=0.5, sync_scale=2.0))
+    a = _episode(ReplayEnv(SMALL, pool_seed=0), {"spec": spec, "goodput_s": 400.0})
+    b = _episode(ReplayEnv(SMALL, pool_seed=1), {"spec": spec, "goodput_s": 400.0})
+    assert len(a[0]) == len(b[0]) and all(np.array_equal(x, y) for x, y in zip(a[0], b[0]))
+    assert a[1] == b[1]
+    info = a[2]
+    assert info["reached"]
+    # undiscounted return = scale x (1 - T / T_goodput) when the target is reached
+    assert sum(a[1]) == pytest.approx(SMALL.reward_scale * (1.0 - info["time_s"] / 400.0), rel=1e-6, abs=1e-6)
+    # the same pool seed draws the same worlds
+    p1, p2 = WorldPool(("cifar10", "bert"), seed=5, min_size=1), WorldPool(("cifar10", "bert"), seed=5, min_size=1)
+    assert p1.new_entry().spec == p2.new_entry().spec
+
+
+def _untrained_policy(tmp_path, cfg: ReplayEnvConfig, seed: int = 0, hidden: int = 16, noop_bias: float = 0.0):
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+    from dynamix_hvd.agent.policy import SharedRowPolicy
+    from dynamix_hvd.agent.policy_io import load_policy
+    env = DummyVecEnv([lambda: ReplayEnv(cfg, pool_seed=seed)])
+    model = PPO(SharedRowPolicy, env, seed=seed, n_steps=8, batch_size=8, device="cpu",
+                policy_kwargs=dict(hidden=hidden, dynamix_config=cfg.to_dict(), noop_bias=noop_bias))
+    path = tmp_path / "p.zip"
+    model.save(path)
+    return path, load_policy(path)[0]
+
+
+def test_env_acts_exactly_as_the_live_controller(tmp_path):
+    """An env episode driven by a policy = `dynamix replay` with that policy file (same seed)."""
+    from dynamix_hvd.replay.runner import run_controller
+    cfg = ReplayEnvConfig(workloads=("cifar10",), n_range=(2, 8), n_max=8)
+    path, policy = _untrained_policy(tmp_path, cfg)
+    for spec in (WorldSpec("cifar10", 8, "job_3_norm", 3), WorldSpec("bert", 5, "synthetic", 4)):
+        _, _, info = _episode(ReplayEnv(cfg, pool_seed=0), {"spec": spec, "goodput_s": 1e9}, policy)
+        live = run_controller(build_sim(spec), f"ppo:{path}", spec.seed)
+        assert live["time_to_target_s"] == pytest.approx(info["time_s"], rel=1e-12)
+
+
+def test_history_features_tell_lasting_from_transient():
+    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
+
+    def state(times):
+        return ClusterState(Plan.uniform(3, 10), [WorkerStats(rank=r, batch_size=10, max_batch=64, compute_s=t)
+                                                  for r, t in enumerate(times)], GlobalStats())
+    h = WorkerHistory(window=4)
+    for _ in range(4):
+        f = h.features(state([1.0, 1.0, 2.0]))      # rank 2 lastingly 2x slower
+    assert f[2, 0] > 0.4 and f[2, 3] == 1.0 and abs(f[2, 2]) < 1e-6
+    s = state([1.0, 3.0, 2.0])                      # rank 1 just slowed down
+    f = h.features(s)
+    assert f[1, 2] > 0.25 and f[1, 3] == 0.25 and f[1, 2] > f[2, 2] and f[2, 0] > f[1, 0]
+    assert h.features(s) is f                       # the same state is added once
+    assert len(h.rows) == 4
+
+
+def test_worlds_perturbations():
+    _, pm = _workload("deepspeech2")
+    assert perturb_progress(pm, Perturbation()) is pm
+    p2 = perturb_progress(pm, Perturbation(sample_scale=2.0))
+    fin = np.isfinite(pm.cum)
+    assert np.allclose(p2.cum[fin], 2 * pm.cum[fin]) and not np.isnan(p2.cum).any()
+    warped = perturb_progress(pm, Perturbation(batch_warp=(0.2, 0.0)))
+    assert warped.cum[-1, -1] > pm.cum[-1, -1] and warped.cum[0, -1] == pm.cum[0, -1]
+    tp = _throughput("cifar10", 8)
+    small = with_cap(tp, 200)
+    assert small.cap <= 200 < tp.cap and small.idx.size == small.cap + 1
+    assert np.allclose(small.rank_times(np.ones(2), np.array([32, 64])), tp.rank_times(np.ones(2), np.array([32, 64])))
+    tr = synthetic_trace(6, np.random.default_rng(0))
+    assert tr.series.shape[1] == 6 and (tr.series > 0).all()
+    rng = np.random.default_rng(1)
+    for _ in range(10):   # every drawn world builds and runs an interval
+        spec = draw_spec(rng, ("bert", "cifar10", "deepspeech2", "ncf"), n_range=(2, 16))
+        sim = build_sim(spec)
+        sim.reset(spec.seed)
+        sim.step(np.full(spec.n, sim.base_batch))
+        assert spec.seed >= 1_000_000
+
+
+def test_training_smoke_learns_and_runs_live(tmp_path):
+    """A few PPO updates in the replay world; the saved file loads into the live controller and
+    its weights moved (a broken gradient path or a wrong dynamix_config fails here)."""
+    from dynamix_hvd.agent.policy_io import load_policy
+    from dynamix_hvd.agent.replay_train import train_replay
+    from dynamix_hvd.replay.runner import run_controller
+    cfg = ReplayEnvConfig(workloads=("cifar10",), traces=("none",), n_range=(2, 3), n_max=4, perturb_prob=0.0,
+                          action=ActionConfig(global_scales=(0.8, 1.0, 1.25)))
+    _, before = _untrained_policy(tmp_path, cfg, seed=1, hidden=64, noop_bias=2.0)   # train_replay's initial weights
+    w0 = before.mlp_extractor.embed_pi[0].weight.detach().numpy().copy()
+    out = tmp_path / "trained.zip"
+    meta = train_replay(cfg, 256, 1, out, n_envs=2, hidden=64, verbose=False)
+    assert meta["episodes"] >= 1 and (tmp_path / "trained.json").is_file()
+    pol, dyn = load_policy(out)
+    assert dyn["history"] == {"window": 8} and dyn["world"] == "replay"
+    assert pol.mlp_extractor.n_features == N_FEATURES + N_HISTORY + 1
+    w1 = pol.mlp_extractor.embed_pi[0].weight.detach().numpy()
+    assert w1.shape == w0.shape and np.abs(w1 - w0).max() > 1e-5
+    r = run_controller(build_sim(WorldSpec("cifar10", 3, "none", 0)), f"ppo:{out}", 0)
+    assert r["time_to_target_s"] is not None
+
+
+def test_eval_summary_statistics():
+    cells = [{"workload": "a", "trace": "none", "workers": 32,
+              "median": {"static": 400.0, "goodput": 200.0, "hindsight": 100.0, "ppo": 150.0}},
+             {"workload": "b", "trace": "none", "workers": 8,
+              "median": {"static": 100.0, "goodput": 100.0, "hindsight": 95.0, "ppo": 101.0}}]
+    s = summarise(cells, "ppo")
+    assert s["geomean_vs_goodput"] == pytest.approx(math.sqrt(0.75 * 1.01))
+    assert s["cells_gap_ge_1.15"] == 1 and s["geomean_vs_goodput_in_gap_cells"] == pytest.approx(0.75)
+    assert s["max_vs_goodput"] == pytest.approx(1.01)
+    assert s["gap_closed_mean"] == pytest.approx((0.5 + (-0.2)) / 2)
+    assert s["vs_static_at_32"] == pytest.approx(150 / 400)
