@@ -16,37 +16,38 @@ Works for any event (``--event-s``); the adaptation columns need a rank whose ba
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
+from dynamix_hvd.runlog import StepRecord, read_evals, read_steps, read_summary
 
-def adaptation(steps: list[dict], event_s: float, max_batch: int) -> tuple[float, int, float] | None:
-    after = [s for s in steps if s["t"] >= event_s]
-    first = next((s for s in after if s["b"] <= max_batch), None)
+
+def adaptation(steps: list[StepRecord], event_s: float, max_batch: int) -> tuple[float, int, float] | None:
+    after = [s for s in steps if s.t >= event_s]
+    first = next((s for s in after if s.b <= max_batch), None)
     if first is None:
         return None
-    lag = [s for s in after if s["t"] < first["t"]]
-    settled = [s for s in after if s["t"] >= first["t"] + 1.0] or [s for s in after if s["t"] >= first["t"]]
-    per_sample = statistics.median(s["step_s"] / s["B"] for s in settled)
-    lost = sum(s["step_s"] - per_sample * s["B"] for s in lag)
-    return first["t"] - event_s, len(lag), lost
+    lag = [s for s in after if s.t < first.t]
+    settled = [s for s in after if s.t >= first.t + 1.0] or [s for s in after if s.t >= first.t]
+    per_sample = statistics.median(s.step_s / s.B for s in settled)
+    lost = sum(s.step_s - per_sample * s.B for s in lag)
+    return first.t - event_s, len(lag), lost
 
 
 def pace(run: Path, event_s: float) -> tuple[int, float] | None:
     """(steps to target, mean step ms from the last evaluation before the event to the target)."""
     try:
-        target = json.loads((run / "summary.json").read_text()).get("time_to_target_s")
-        evals = [json.loads(line) for line in open(run / "evals.jsonl")]
-    except (OSError, ValueError):
+        target = read_summary(run).time_to_target_s
+        evals = read_evals(run / "evals.jsonl")
+    except OSError:
         return None
     if target is None:
         return None
-    hit = next((e for e in evals if e["t"] >= target - 1e-6), None)
-    before = [e for e in evals if e["t"] <= event_s]
-    if hit is None or not before or hit["step"] <= before[-1]["step"]:
+    hit = next((e for e in evals if e.t >= target - 1e-6), None)
+    before = [e for e in evals if e.t <= event_s]
+    if hit is None or not before or hit.step <= before[-1].step:
         return None
-    return hit["step"], 1e3 * (hit["t"] - before[-1]["t"]) / (hit["step"] - before[-1]["step"])
+    return hit.step, 1e3 * (hit.t - before[-1].t) / (hit.step - before[-1].step)
 
 
 def main() -> None:
@@ -59,7 +60,7 @@ def main() -> None:
     for run in sorted(d for d in args.out.iterdir() if (d / f"rank{args.rank}.jsonl").is_file()):
         if run.name.split(".")[0] == "static":
             continue
-        steps = [json.loads(line) for line in open(run / f"rank{args.rank}.jsonl")]
+        steps = read_steps(run / f"rank{args.rank}.jsonl")
         res = adaptation(steps, args.event_s, args.max_batch)
         pc = pace(run, args.event_s)
         tail = f"; target at step {pc[0]}, {pc[1]:.1f} ms/step event->target" if pc else ""

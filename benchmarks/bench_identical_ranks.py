@@ -14,13 +14,14 @@ moved a rank more than 10% from the even split, changed the global batch, or end
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from dynamix_hvd.runlog import read_decisions
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -42,11 +43,7 @@ def launch(launcher: str, np_: int, controller: str, epochs: int, run_dir: Path)
     m = re.findall(r"final test accuracy ([0-9.]+)", out.stdout)
     if not m:
         raise RuntimeError(f"no final accuracy in the output of {' '.join(cmd)}:\n{out.stdout[-2000:]}")
-    plans = []
-    for line in (run_dir / "events.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if "next_plan" in rec:
-            plans.append(list(rec["next_plan"]["batch_sizes"]))
+    plans = [list(rec.next_plan.batch_sizes) for rec in read_decisions(run_dir / "events.jsonl")]
     if not plans:
         raise RuntimeError(f"{run_dir / 'events.jsonl'} records no decision: nothing was tested")
     return float(m[-1]), plans

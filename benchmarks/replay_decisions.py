@@ -25,28 +25,18 @@ from typing import Any
 
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import make_controller
-from dynamix_hvd.emulate.bench import read_jsonl
 from dynamix_hvd.emulate.scenario import load_scenario
 from dynamix_hvd.plan import Plan, PlanBounds
-from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
+from dynamix_hvd.records import ClusterState
+from dynamix_hvd.runlog import read_decisions
 from dynamix_hvd.safety import MoveLimits, limit_proposal
-
-
-def _num(v: Any) -> Any:
-    return NAN if v is None else v
 
 
 def states(run: Path) -> list[tuple[int, list[float], ClusterState]]:
     """(step, live proposed split, state) of every decision record in ``run/events.jsonl``."""
-    out = []
-    for r in read_jsonl(run / "events.jsonl"):
-        if "workers" not in r or "glob" not in r or "proposed" not in r:
-            continue                     # fallback / fault events carry no state
-        ws = [WorkerStats(**{k: _num(v) for k, v in w.items()}) for w in r["workers"]]
-        g = GlobalStats(**{k: _num(v) for k, v in r["glob"].items()})
-        st = ClusterState(Plan(version=0, batch_sizes=tuple(r["plan"])), ws, g)
-        out.append((int(r["step"]), [float(b) for b in r["proposed"]], st))
-    return out
+    return [(r.step, [float(b) for b in r.proposed], ClusterState(Plan(version=0, batch_sizes=tuple(r.plan)),
+                                                                  r.workers, r.glob))
+            for r in read_decisions(run / "events.jsonl")]
 
 
 def fit_b(ctl: Any) -> float:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from dynamix_hvd.emulate.targets import format_targets, late_plan_changes, targets_table
-from dynamix_hvd.runlog import read_jsonl
+from dynamix_hvd.runlog import read_decisions, read_evals
 
 
 def main() -> int:
@@ -27,14 +27,14 @@ def main() -> int:
     for d in sorted(out.iterdir()):
         if d.is_dir() and (d / "evals.jsonl").exists():
             runs.setdefault(d.name.split(".r")[0], []).append(d)
-    tab = targets_table({n: [read_jsonl(d / "evals.jsonl") for d in ds] for n, ds in runs.items()})
+    tab = targets_table({n: [read_evals(d / "evals.jsonl") for d in ds] for n, ds in runs.items()})
     print(f"{out}")
     print(format_targets(tab))
     print(f"\nplan changes per 10 s after the first {args.after_s:.0f} s (per run)")
     for n, ds in runs.items():
         rates = []
         for d in ds:
-            k, span = late_plan_changes(read_jsonl(d / "events.jsonl"), args.after_s)
+            k, span = late_plan_changes(read_decisions(d / "events.jsonl"), args.after_s)
             rates.append(10.0 * k / span if span > 0 else 0.0)
         print(f"  {n:<13} " + "  ".join(f"{r:.2f}" for r in rates))
     return 0

@@ -1,5 +1,5 @@
 """What rank 0 shows about a run: one JSON line per decision or event in
-``run_dir/events.jsonl`` and TensorBoard scalars in ``run_dir/tb`` (per-rank batch size, step
+``run_dir/events.jsonl`` (``runlog.EventsWriter``: typed records) and TensorBoard scalars in ``run_dir/tb`` (per-rank batch size, step
 time, idle fraction, noise scale, LR, global batch, throughput, fallback events).
 
 Records are written by a writer thread, off the training loop: JSON encoding and ~30 TensorBoard
@@ -9,8 +9,6 @@ changed after they are handed over. ``flush()`` waits until everything handed ov
 ``Dynamix.save`` and ``close`` call it."""
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import queue
 import threading
@@ -18,26 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-
-def _plain(record: dict[str, Any]) -> dict[str, Any]:
-    """The record with dataclass values (and lists of them) as dicts."""
-    def conv(v: Any) -> Any:
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return dataclasses.asdict(v)
-        if isinstance(v, list) and v and dataclasses.is_dataclass(v[0]):
-            return [conv(x) for x in v]
-        return v
-    return {k: conv(v) for k, v in record.items()}
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
+from dynamix_hvd.runlog import EventsWriter
 
 
 class RunLogger:
@@ -49,8 +28,7 @@ class RunLogger:
         self._tb = None
         if self.run_dir is None:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._events = open(self.run_dir / "events.jsonl", "a", buffering=1)  # noqa: SIM115
+        self._events = EventsWriter(self.run_dir)
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -78,11 +56,11 @@ class RunLogger:
                 if item is None:
                     return
                 record, lr = item
-                record = _plain(record)
                 assert self._events is not None
-                self._events.write(json.dumps(record, default=_json_default) + "\n")
-                if lr is not None:
-                    self._scalars(record, lr)
+                if lr is None:
+                    self._events.event(record)
+                else:
+                    self._scalars(self._events.decision(record, lr).to_dict(), lr)
             except Exception as exc:  # noqa: BLE001 - logging must never stop training
                 if not self._failed:
                     self._failed = True

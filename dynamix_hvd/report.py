@@ -17,28 +17,21 @@ from typing import Any
 
 import numpy as np
 
+from dynamix_hvd.runlog import LogFormatError, rank_logs, read_decisions, read_evals
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a bench output directory or one run directory")
     p.add_argument("--out", default=None, help="PNG path (default RUN_DIR/report.png)")
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    from dynamix_hvd.runlog import read_jsonl
-
-    return read_jsonl(path)
-
-
 def _rank_series(run_dir: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per rank: (training time, batch size, compute seconds) per step."""
-    from dynamix_hvd.runlog import rank_logs
-
     out = []
     for lg in rank_logs(run_dir):
-        lg = [r for r in lg if r.get("full", True)]   # hide epochs' short last steps
+        lg = [r for r in lg if r.full]   # hide epochs' short last steps
         if lg:
-            out.append((np.array([r["t"] for r in lg]), np.array([r["b"] for r in lg]),
-                        np.array([r["compute_s"] for r in lg])))
+            out.append((np.array([r.t for r in lg]), np.array([r.b for r in lg]), np.array([r.compute_s for r in lg])))
     return out
 
 
@@ -59,14 +52,16 @@ def _plot_ranks(ax_b: Any, ax_c: Any, run_dir: Path, title: str) -> bool:
         ax_b.set_xlabel("training time (s)")
         ax_c.set_xlabel("training time (s)")
     else:  # hook-only run: one point per decision
-        ev = _jsonl(run_dir / "events.jsonl")
+        ev = read_decisions(run_dir / "events.jsonl")
         if not ev:
             return False
-        t = np.array([e["t"] for e in ev])
-        n = len(ev[0]["workers"])
-        for r in range(n):
-            ax_b.step(t, [e["workers"][r]["batch_size"] for e in ev], where="post", label=f"rank {r}")
-            ax_c.plot(t, [1e3 * (e["workers"][r].get("compute_s") or np.nan) for e in ev], label=f"rank {r}")
+        t = np.array([e.t for e in ev])
+        n = len(ev[0].workers)
+        for r in range(n):   # (an elastic run's decisions after a resize have another number of ranks)
+            ax_b.step(t, [e.workers[r].batch_size if r < len(e.workers) else np.nan for e in ev], where="post",
+                      label=f"rank {r}")
+            ax_c.plot(t, [1e3 * e.workers[r].compute_s if r < len(e.workers) else np.nan for e in ev],
+                      label=f"rank {r}")
         ax_b.set_xlabel("wall time (s)")
         ax_c.set_xlabel("wall time (s)")
     ax_b.set_ylabel("local batch size")
@@ -90,9 +85,9 @@ def plot_bench(out_dir: Path | str, png: Path | str | None = None) -> Path:
     fig, axes = plt.subplots(1 + len(names), 2, figsize=(12, 3.0 * (1 + len(names))), squeeze=False)
     ax = axes[0, 0]
     for n in names:
-        ev = _jsonl(out_dir / n / "evals.jsonl")
+        ev = read_evals(out_dir / n / "evals.jsonl")
         if ev:
-            ax.plot([e["t"] for e in ev], [e["acc"] for e in ev], label=n, lw=1.3)
+            ax.plot([e.t for e in ev], [e.acc for e in ev], label=n, lw=1.3)
     ax.axhline(res["target_accuracy"], color="k", ls="--", lw=0.8, label="target")
     ax.set_xlabel("training time (s, evaluation excluded)")
     ax.set_ylabel("test accuracy")
@@ -123,11 +118,11 @@ def plot_run(run_dir: Path | str, png: Path | str | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
-    ev = _jsonl(run_dir / "evals.jsonl")
+    ev = read_evals(run_dir / "evals.jsonl")
     fig, axes = plt.subplots(1, 3 if ev else 2, figsize=(15 if ev else 10, 3.5), squeeze=False)
     axes = axes[0]
     if ev:
-        axes[0].plot([e["t"] for e in ev], [e["acc"] for e in ev])
+        axes[0].plot([e.t for e in ev], [e.acc for e in ev])
         axes[0].set_xlabel("training time (s)")
         axes[0].set_ylabel("test accuracy")
         axes[0].set_title("accuracy vs time", fontsize=9)
@@ -149,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         png = plot_bench(d, args.out) if (d / "results.json").exists() else plot_run(d, args.out)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, LogFormatError) as exc:
         print(f"dynamix report: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {png}")

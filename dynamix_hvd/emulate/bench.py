@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from dynamix_hvd.emulate.scenario import Scenario, ScenarioError, load_scenario, override
-from dynamix_hvd.runlog import rank_logs, read_jsonl  # noqa: F401 (re-exported)
+from dynamix_hvd.runlog import StepRecord, rank_logs, read_decisions, read_evals, read_summary
 from dynamix_hvd.emulate.targets import final_accuracy, format_targets, targets_table
 
 DEFAULT_CONTROLLERS = "static,oracle,proportional,goodput"
@@ -56,33 +56,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ---- metrics from one run directory ------------------------------------------------------
-def balance_efficiency(logs: list[list[dict[str, Any]]]) -> float:
+def balance_efficiency(logs: list[list[StepRecord]]) -> float:
     """Mean over steps of sum_i c_i / (N max_i c_i), c_i = rank i's compute seconds."""
     if not logs or not all(logs):
         return float("nan")
     n = min(len(lg) for lg in logs)
-    c = np.array([[lg[k]["compute_s"] for k in range(n)] for lg in logs])  # (ranks, steps)
+    c = np.array([[lg[k].compute_s for k in range(n)] for lg in logs])  # (ranks, steps)
     mx = c.max(axis=0)
     ok = mx > 0
     return float(np.mean(c[:, ok].mean(axis=0) / mx[ok])) if ok.any() else float("nan")
 
 
 def plan_changes(run_dir: Path) -> int:
-    versions = {rec.get("next_plan", {}).get("version", 0) for rec in read_jsonl(run_dir / "events.jsonl")}
-    return max(versions, default=0)
+    """The last decided plan's version (0: the plan never changed, or no decision records)."""
+    return max((rec.next_plan.version for rec in read_decisions(run_dir / "events.jsonl")), default=0)
 
 
 def run_metrics(run_dir: Path) -> dict[str, Any]:
     """The results.json entry of one run, plus extra figures (train_time_s, steps, ...)."""
-    s = json.loads((run_dir / "summary.json").read_text())
-    evals = read_jsonl(run_dir / "evals.jsonl")
-    return {"time_to_target_s": s["time_to_target_s"],
+    s = read_summary(run_dir)
+    evals = read_evals(run_dir / "evals.jsonl")
+    return {"time_to_target_s": s.time_to_target_s,
             # one evaluation moves by 1-2 points: the mean of the last five (targets.LAST_K)
-            "final_accuracy": final_accuracy(evals) if evals else s["final_accuracy"],
-            "final_accuracy_last": s["final_accuracy"],
-            "samples_per_s": s["samples_per_s"], "balance_efficiency": balance_efficiency(rank_logs(run_dir)),
-            "decisions": plan_changes(run_dir), "train_time_s": s["train_time_s"], "steps": s["steps"],
-            "wall_s": s["wall_s"], "final_plan": s["final_plan"]}
+            "final_accuracy": final_accuracy(evals) if evals else s.final_accuracy,
+            "final_accuracy_last": s.final_accuracy,
+            "samples_per_s": s.samples_per_s, "balance_efficiency": balance_efficiency(rank_logs(run_dir)),
+            "decisions": plan_changes(run_dir), "train_time_s": s.train_time_s, "steps": s.steps,
+            "wall_s": s.wall_s, "final_plan": s.final_plan}
 
 
 # ---- running ----------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
                 log(f"  {tag}: FAILED (exit {rc}); see {run_dir / 'mpirun.log'}\n{tail}")
             results["controllers"] = {n: combine(r) for n, r in runs.items() if r}
             results["accuracy_targets"] = targets_table(
-                {n: [read_jsonl(out / (n if k == 0 else f"{n}.r{k}") / "evals.jsonl") for k in range(len(r))]
+                {n: [read_evals(out / (n if k == 0 else f"{n}.r{k}") / "evals.jsonl") for k in range(len(r))]
                  for n, r in runs.items() if r})
             (out / "results.json").write_text(json.dumps(_clean(results), indent=1))
     try:

@@ -5,7 +5,7 @@ is the **mean of its last ``LAST_K`` evaluations**, and "time to target" is repo
 targets, as fractions of the scenario's **plateau** (the static controller's median final
 accuracy; without a static run, the best controller's), from early in training to near the
 plateau. A run reaches a target at its first evaluation at or above it (training clock).
-Pure functions over the runs' ``evals.jsonl`` lines.
+Pure functions over the runs' ``evals.jsonl`` records (``runlog.read_evals``).
 """
 from __future__ import annotations
 
@@ -13,21 +13,23 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from dynamix_hvd.runlog import DecisionRecord, EvalRecord
+
 LAST_K = 5
 FRACTIONS = (0.80, 0.85, 0.90, 0.95)
 
 
-def final_accuracy(evals: Sequence[Mapping[str, Any]], k: int = LAST_K) -> float:
+def final_accuracy(evals: Sequence[EvalRecord], k: int = LAST_K) -> float:
     """Mean accuracy of the last ``k`` evaluations (NaN without any)."""
-    accs = [float(e["acc"]) for e in evals if "acc" in e]
+    accs = [float(e.acc) for e in evals]
     return float(np.mean(accs[-k:])) if accs else float("nan")
 
 
-def time_to(evals: Sequence[Mapping[str, Any]], target: float) -> float | None:
+def time_to(evals: Sequence[EvalRecord], target: float) -> float | None:
     """Training-clock time of the first evaluation at or above ``target``; None if never."""
     for e in evals:
-        if float(e.get("acc", -1.0)) >= target:
-            return float(e["t"])
+        if float(e.acc) >= target:
+            return float(e.t)
     return None
 
 
@@ -46,7 +48,7 @@ def median_or_none(times: Iterable[float | None]) -> float | None:
     return float(np.median(reached)) if ts and 2 * len(reached) > len(ts) else None
 
 
-def targets_table(evals_by_controller: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
+def targets_table(evals_by_controller: Mapping[str, Sequence[Sequence[EvalRecord]]],
                   fractions: Sequence[float] = FRACTIONS) -> dict[str, Any]:
     """``{"plateau", "targets": [acc...], "fractions", "controllers": {NAME: {"final_accuracy_mean5",
     "final_accuracy_runs", "time_to_target_s": [median per target], "runs": [[t per target] per run]}}}``."""
@@ -91,11 +93,10 @@ def format_targets(tab: Mapping[str, Any]) -> str:
             f"last {tab['last_k']} evaluations); (x) = vs the better of static and proportional\n" + "\n".join(lines))
 
 
-def late_plan_changes(events: Sequence[Mapping[str, Any]], after_s: float = 10.0) -> tuple[int, float]:
+def late_plan_changes(decisions: Sequence[DecisionRecord], after_s: float = 10.0) -> tuple[int, float]:
     """(plan changes after ``after_s`` seconds of the run, and the span they were counted over in
-    s) from a run's ``events.jsonl`` decision records (``t``: seconds since the hook started)."""
-    recs = [e for e in events if "next_plan" in e and "plan" in e and "t" in e]
-    late = [e for e in recs if float(e["t"]) >= after_s]
-    changes = sum(1 for e in late if list(e["plan"]) != list(e["next_plan"]["batch_sizes"]))
-    span = (float(late[-1]["t"]) - after_s) if late else 0.0
+    s) from a run's decision records (``runlog.read_decisions``; ``t``: seconds since the hook started)."""
+    late = [e for e in decisions if e.t >= after_s]
+    changes = sum(1 for e in late if e.plan_changed)
+    span = (late[-1].t - after_s) if late else 0.0
     return changes, span

@@ -3,7 +3,6 @@ during training, the decision log carries its counters and reward, and a checkpo
 the fine-tuned weights."""
 from __future__ import annotations
 
-import json
 import tempfile
 import warnings
 from pathlib import Path
@@ -15,6 +14,7 @@ import torch.nn.functional as F
 from _models import make_data, make_model
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.horovod import Dynamix
+from dynamix_hvd.runlog import read_decisions
 
 hvd.init()
 
@@ -48,10 +48,9 @@ def test_finetune_through_hook_and_checkpoint(comm):
         assert ctl.finetuner.wait(60)
         assert ctl.finetuner.n_updates >= 1, ctl.finetune_info()
         dyn.log.flush()           # the log is written by a background thread
-        records = [json.loads(line) for line in open(Path(run_dir) / "events.jsonl")]
-        decisions = [r for r in records if "finetune" in r]
-        assert decisions and decisions[-1]["finetune"]["n_transitions"] >= 3
-        assert any(r.get("reward") is not None for r in decisions)
+        decisions = [r for r in read_decisions(run_dir) if r.finetune is not None]   # schema-checked
+        assert decisions and decisions[-1].finetune["n_transitions"] >= 3
+        assert any(r.reward is not None for r in decisions)
     dyn.save(ckpt_path)
     weights = dyn.controller.finetuner.acting.state_dict() if rank == 0 else None
 

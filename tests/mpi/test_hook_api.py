@@ -4,7 +4,6 @@ restores sys.excepthook; BatchNorm raises the smallest local batch; the noise sc
 from the sampled steps only."""
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 
@@ -15,6 +14,7 @@ import torch.nn.functional as F
 from _models import make_data, make_model
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.horovod import Dynamix
+from dynamix_hvd.runlog import read_decisions
 
 hvd.init()
 
@@ -65,10 +65,10 @@ def test_new_loop_reports_loss_and_samples_gns(comm, tmp_path_factory):
     else:
         assert finished == []           # one rank: no estimate possible, nothing measured
     if rank == 0:
-        records = [json.loads(line) for line in open(f"{run_dir}/events.jsonl") if '"workers"' in line]
-        assert [r["step"] for r in records] == [10, 20, 30, 40, 50, 60]
-        assert all(r["workers"][0]["loss"] == r["workers"][0]["loss"] for r in records[1:])   # reported: finite
-        assert all("reason" in r for r in records)
+        records = read_decisions(run_dir)                 # schema-checked: unknown/missing fields raise
+        assert [r.step for r in records] == [10, 20, 30, 40, 50, 60]
+        assert all(r.workers[0].loss == r.workers[0].loss for r in records[1:])   # reported: finite
+        assert all(r.lr is not None and r.lr > 0 for r in records)        # the writer adds the LR
 
 
 def test_deprecated_aliases_warn_once_and_close_restores_excepthook(comm):

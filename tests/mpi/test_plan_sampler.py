@@ -14,6 +14,7 @@ from _models import ScriptedController, make_data, make_model, uneven_script
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.horovod import Dynamix
+from dynamix_hvd.runlog import read_events
 from dynamix_hvd.plan import PlanBounds
 
 hvd.init()
@@ -113,10 +114,9 @@ def test_controller_fault_keeps_plan_then_falls_back(comm, tmp_path_factory):
     assert dyn.plan.batch_sizes == (8,) * world
     dyn.close()
     if comm.Get_rank() == 0:
-        import json
         from pathlib import Path
         assert dyn.controller.name == "static"
-        events = [json.loads(line) for line in (Path(run_dir) / "events.jsonl").read_text().splitlines()]
+        events = [e.to_dict() for e in read_events(run_dir)]              # schema-checked
         assert sum("controller_error" in e for e in events) == 3
         assert [e["fallback"]["to"] for e in events if "fallback" in e] == ["static"]
         assert list((Path(run_dir) / "tb").glob("events.out.tfevents.*")), "no TensorBoard event file"
@@ -141,8 +141,6 @@ def test_missing_policy_file_falls_back_named_in_log(comm, tmp_path_factory):
         dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
     dyn.close()
     if comm.Get_rank() == 0:
-        import json
-        from pathlib import Path
         assert dyn.controller.name == "proportional"
-        first = json.loads((Path(run_dir) / "events.jsonl").read_text().splitlines()[0])
+        first = read_events(run_dir)[0].to_dict()
         assert first["fallback"]["from"] == "ppo" and "not found" in first["fallback"]["reason"]

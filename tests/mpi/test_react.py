@@ -3,7 +3,6 @@ decision together a few steps later (the flag rides beside the gradient allreduc
 record names the flagging ranks, and no sample is skipped or seen twice."""
 from __future__ import annotations
 
-import json
 import time
 
 import horovod.torch as hvd
@@ -14,6 +13,7 @@ import torch.nn.functional as F
 from _models import make_data, make_model
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.horovod import Dynamix
+from dynamix_hvd.runlog import read_decisions
 
 hvd.init()
 
@@ -62,7 +62,7 @@ def _run(comm, tmp_path_factory, react: bool):
     if rank == 0:
         flat = [i for r in everything for i in r]
         assert len(flat) == len(set(flat)), "a sample was seen twice"
-        records = [json.loads(line) for line in open(f"{run_dir}/events.jsonl") if '"workers"' in line]
+        records = [r.to_dict() for r in read_decisions(run_dir)]       # schema-checked
     return comm.bcast(records, root=0), plan
 
 

@@ -11,8 +11,10 @@ from dynamix_hvd.records import GlobalStats, WorkerStats
 
 
 def _decision(step: int) -> dict:
-    return {"t": 0.1 * step, "step": step, "decide_ms": 1.0, "next_plan": {"batch_sizes": [8, 24]},
-            "glob": GlobalStats(step=step, noise_scale=100.0),
+    """A record as the hook hands it over (Decider.decide's fields + t, step)."""
+    return {"t": 0.1 * step, "step": step, "controller": "goodput", "decide_ms": 1.0, "plan": [16, 16],
+            "proposed": [8.0, 24.0], "next_plan": {"version": step, "batch_sizes": [8, 24], "start_step": step},
+            "glob": GlobalStats(step=step, noise_scale=100.0), "goodput": 1.0, "reason": "test",
             "workers": [WorkerStats(rank=r, batch_size=8 + 16 * r, max_batch=64, step_s=0.1, comm_s=0.02)
                         for r in range(2)]}
 
@@ -27,6 +29,7 @@ def test_records_are_written_in_order_off_the_calling_thread(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == list(range(51))
     assert lines[5]["workers"][1]["batch_size"] == 24 and lines[5]["glob"]["noise_scale"] == 100.0
+    assert lines[5]["lr"] == 0.1 and lines[0] == {"step": 0, "oom": {"ranks": [1]}}
     log.close()
     assert not log._thread.is_alive()
 
@@ -57,7 +60,7 @@ def test_no_run_dir_is_a_no_op(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     log = RunLogger(None)
     log.decision(_decision(1), lr=0.1)
-    log.event({"step": 1})
+    log.event({"step": 1, "oom": {"ranks": [0]}})
     log.flush()
     log.close()
     assert log.run_dir is None and list(tmp_path.iterdir()) == []   # nothing written anywhere here

@@ -4,10 +4,13 @@ from __future__ import annotations
 import pytest
 
 from dynamix_hvd.emulate.targets import final_accuracy, late_plan_changes, targets_table, time_to
+from dynamix_hvd.plan import Plan
+from dynamix_hvd.records import GlobalStats
+from dynamix_hvd.runlog import DecisionRecord, EvalRecord
 
 
 def _evals(accs, dt=1.0):
-    return [{"t": dt * (i + 1), "acc": a} for i, a in enumerate(accs)]
+    return [EvalRecord(t=dt * (i + 1), step=i + 1, acc=a, samples=0, wall=0.0, plan=[]) for i, a in enumerate(accs)]
 
 
 def test_final_accuracy_is_the_mean_of_the_last_five():
@@ -32,6 +35,7 @@ def test_targets_are_fractions_of_static_plateau_and_medians_need_a_majority():
 
 
 def test_late_plan_changes_counts_changes_after_the_cut():
-    ev = [{"t": t, "plan": [32, 32], "next_plan": {"batch_sizes": nb}}
-          for t, nb in ((5, [40, 24]), (12, [32, 32]), (15, [32, 32]), (20, [30, 34]), (30, [30, 34]))]
+    ev = [DecisionRecord(step=i, t=t, controller="x", decide_ms=0.0, plan=[32, 32], proposed=nb,
+                         next_plan=Plan(i, tuple(nb), i), glob=GlobalStats(), workers=[], goodput=0.0, reason=None)
+          for i, (t, nb) in enumerate(((5, [40, 24]), (12, [32, 32]), (15, [32, 32]), (20, [30, 34]), (30, [30, 34])))]
     assert late_plan_changes(ev, 10.0) == (2, 20.0)
