@@ -9,7 +9,8 @@ world by ``draw_spec``; ``Perturbation()`` = the measured workload unchanged):
 * ``batch_warp`` (g0, g1): each metric level's segment costs ``(B_c / B_min) ** g_k`` more samples
   on the run at measured batch B_c, ``g_k = g0 + g1 k / K`` (changes how much larger batches pay
   in samples, differently early and late: warps the curves);
-* ``gns_shift``: the true noise scale x exp(shift) (a noise scale that is not the curves' truth);
+* ``gns_shift``: the true noise scale x exp(shift), drawn as -3 x (g0 + g1/2) (larger batches that
+  pay more samples come with a smaller noise scale) plus an independent error in [-0.4, 0.4];
   ``gns_sigma_mult``: its estimator noise x m;
 * ``compute_scale`` / ``sync_scale``: the measured compute / sync times x a / x c;
 * ``cap_frac``: the memory cap lowered to the largest measured local batch <= frac x cap.
@@ -157,10 +158,13 @@ def build_sim(spec: WorldSpec) -> ReplaySim:
 def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Perturbation:
     def logu(lo: float, hi: float) -> float:
         return float(math.exp(rng.uniform(math.log(lo), math.log(hi)) * strength))
+    warp = (float(rng.uniform(-0.15, 0.25) * strength), float(rng.uniform(-0.15, 0.3) * strength))
     return Perturbation(
         sample_scale=logu(0.5, 2.0),
-        batch_warp=(float(rng.uniform(-0.15, 0.25) * strength), float(rng.uniform(-0.15, 0.3) * strength)),
-        gns_shift=float(rng.uniform(-0.7, 0.7) * strength),
+        batch_warp=warp,
+        # the noise scale follows the warp (large batches that pay more samples = a smaller noise
+        # scale, as the Pollux efficiency model has it), plus an independent error
+        gns_shift=float(-3.0 * (warp[0] + 0.5 * warp[1]) + rng.uniform(-0.4, 0.4) * strength),
         gns_sigma_mult=logu(0.5, 2.0),
         compute_scale=logu(0.5, 2.0),
         sync_scale=logu(0.33, 3.0),
