@@ -1,4 +1,6 @@
-"""The MPI layer: gather per-rank stats to rank 0 and broadcast the plan. Thin on purpose.
+"""The collective layer: gather per-rank stats to rank 0 and broadcast the plan. Thin on purpose.
+Three transports with one interface: ``Comm`` (mpi4py), ``HorovodComm`` (Horovod's ops, Gloo
+jobs) and ``TorchComm`` (torch.distributed, torchrun + DDP jobs).
 
 Uses mpi4py on a duplicate of the communicator Horovod runs on (MPI_COMM_WORLD unless the
 user passed another), so dynamix messages never match Horovod's own. Fixed-size numpy
@@ -132,6 +134,92 @@ class HorovodComm:
 
     def free(self) -> None:
         pass
+
+
+class TorchComm:
+    """The same collectives over ``torch.distributed`` (torchrun + DDP jobs: no MPI, no Horovod).
+    A private gloo group (a ``new_group`` of every rank), so dynamix's messages never interleave
+    with DDP's gradient traffic and its CPU tensors work whatever backend DDP uses (gloo, NCCL).
+    ``timeout_s``: how long a collective waits for a missing rank before raising."""
+
+    def __init__(self, timeout_s: float | None = None) -> None:
+        import datetime
+
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise RuntimeError("dynamix: call torch.distributed.init_process_group() before creating Dynamix")
+        self.dist = dist
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        kw = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
+        self.group: Any = dist.new_group(backend="gloo", **kw)
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray | None:
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(row, dtype=np.float64))
+        out = [torch.empty_like(t) for _ in range(self.size)] if self.rank == 0 else None
+        self.dist.gather(t, out, dst=0, group=self.group)
+        return torch.stack(out).numpy() if out is not None else None
+
+    def bcast_plan(self, plan: Plan | None, next_due: int = 0) -> tuple[Plan, int]:
+        import torch
+
+        buf = plan_buffer(self.size)
+        buf[:] = 0
+        if self.rank == 0:
+            assert plan is not None and plan.world_size == self.size
+            encode_plan(plan, buf, next_due)
+        t = torch.from_numpy(buf)
+        self.dist.broadcast(t, src=0, group=self.group)
+        return decode_plan(buf)
+
+    def bcast_object(self, obj: Any) -> Any:
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def allgather_floats(self, values: list[float]) -> np.ndarray:
+        import torch
+
+        t = torch.tensor(list(map(float, values)), dtype=torch.float64)
+        out = [torch.empty_like(t) for _ in range(self.size)]
+        self.dist.all_gather(out, t, group=self.group)
+        return torch.stack(out).numpy()
+
+    def _allreduce(self, value: float, op: Any) -> float:
+        import torch
+
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        self.dist.all_reduce(t, op=op, group=self.group)
+        return float(t[0])
+
+    def allreduce_max(self, value: float) -> float:
+        return self._allreduce(value, self.dist.ReduceOp.MAX)
+
+    def allreduce_min(self, value: float) -> float:
+        return self._allreduce(value, self.dist.ReduceOp.MIN)
+
+    def barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+    def abort(self, code: int = 1) -> None:
+        """Leave at once: torchrun sees the failed worker and stops the others; ranks of other
+        agents see the closed connections and fail in their next collective."""
+        import os
+        import sys
+
+        sys.stderr.flush()
+        os._exit(code)
+
+    def free(self) -> None:
+        """Release the private group (idempotent; a no-op once torch.distributed is shut down)."""
+        group, self.group = self.group, None
+        if group is not None and self.dist.is_initialized():
+            try:
+                self.dist.destroy_process_group(group)
+            except (RuntimeError, ValueError):   # the default group is already gone
+                pass
 
 
 def make_comm(base: Any = None) -> "Comm | HorovodComm":

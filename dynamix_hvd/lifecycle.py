@@ -47,12 +47,9 @@ def has_local_batchnorm(model: torch.nn.Module) -> bool:
     from torch.nn.modules.batchnorm import _BatchNorm
 
     sync_types: tuple[type, ...] = (torch.nn.SyncBatchNorm,)
-    try:
-        import horovod.torch as hvd
-
+    hvd = sys.modules.get("horovod.torch")   # only when the job uses Horovod (not imported for DDP)
+    if hvd is not None and hasattr(hvd, "SyncBatchNorm"):
         sync_types += (hvd.SyncBatchNorm,)
-    except (ImportError, AttributeError):  # pragma: no cover - Horovod is a dependency of the hook
-        pass
     return any(isinstance(m, _BatchNorm) and not isinstance(m, sync_types) for m in model.modules())
 
 
@@ -172,8 +169,12 @@ def adapt_to_world(dyn: Any) -> None:
     dyn.progress = loc.progress = EpochProgress(dyn.sampler.dataset_size, enabled=cfg.progress and dyn.rank == 0)
     loc.rank, loc.world = dyn.rank, dyn.world
     loc.gns = GradNoise(dyn.rank, dyn.world, cfg.gns_every, cfg.gns_beta)
-    dyn._hooked = bool(dyn.hvd_optimizer._requires_update)   # noqa: SLF001
-    dyn._flags = dyn._make_flags()
+    rehook = getattr(dyn, "_rehook", None)
+    if rehook is not None:           # the engine re-attaches its gradient path to the new world
+        rehook()
+    else:
+        dyn._hooked = bool(dyn.hvd_optimizer._requires_update)   # noqa: SLF001
+        dyn._flags = dyn._make_flags()
     loc.reset()
     dyn._track()
     if dyn.rank == 0:

@@ -1,0 +1,346 @@
+"""The engine-neutral part of the hook: everything ``Dynamix`` does that does not depend on how
+gradients are reduced. The engines (horovod.py: Horovod's DistributedOptimizer; ddp.py: PyTorch
+DistributedDataParallel under torchrun) add the n_i/T weight in their own gradient path, the
+per-step flags beside the gradients, and the collectives' transport (comm.py).
+
+    batches / loader   this rank's micro-batches (local state, sampler)
+    report             loss trend, out-of-memory report
+    _after_update      after the optimizer's update: record the step in O(1), decide when due
+                       (gather rows -> rank 0 decides -> broadcast the plan), LR rule, checkpoint
+    _replan_after_oom  a rank ran out of memory: lower its cap and redo the same step
+    state_dict / save / load / adapt_to_world / close
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from dynamix_hvd import lifecycle
+from dynamix_hvd.apply import apply_lr, oom_replan
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.controllers import Controller
+from dynamix_hvd.data import ExactOnceSampler, PlanLog, StepSlice
+from dynamix_hvd.decide import Decider
+from dynamix_hvd.errors import DynamixError, OutOfMemoryError
+from dynamix_hvd.localstate import LocalState
+from dynamix_hvd.lr import LRScaler
+from dynamix_hvd.observe import EpochProgress, RunLogger
+from dynamix_hvd.plan import Plan
+from dynamix_hvd.records import WorkerStats
+from dynamix_hvd.wire import decode_rows, encode_row
+
+
+def load_config(config: DynamixConfig | None, controller: Controller | str | None,
+                config_kwargs: dict[str, Any]) -> tuple[DynamixConfig, Controller | None]:
+    """The validated-later config (kwargs / TOML / DYNAMIX_* env) and a controller object, if given."""
+    if isinstance(controller, str):  # a name: goes through the validated config
+        config_kwargs["controller"] = controller
+        controller = None
+    if config is None:
+        config = DynamixConfig.load(**config_kwargs)
+    elif config_kwargs:
+        config = dataclasses.replace(config, **config_kwargs)
+    return config, controller
+
+
+class DynamixCore(lifecycle.DeprecatedLoop):
+    """Engine-neutral state and per-step logic; an engine calls ``_setup`` from its constructor,
+    applies the weight ``local.scale`` in its gradient path and calls ``_after_update``."""
+
+    comm: Any
+    optimizer: Any
+
+    def _setup(self, model: torch.nn.Module, dataset_size: int, config: DynamixConfig, comm: Any,
+               params: list[torch.nn.Parameter], controller: Controller | None, emulator: Any,
+               metrics_fn: Callable[[WorkerStats], None] | None) -> None:
+        self.comm = comm
+        self.rank, self.world = comm.rank, comm.size
+        self.config = cfg = config.validate(self.world)
+        self.model, self.emulator, self.metrics_fn = model, emulator, metrics_fn
+        self.bounds = lifecycle.bounds_for_world(cfg, self.world, model)
+        lifecycle.warn_batchnorm(model, self.bounds, self.rank)
+        self.sampler = ExactOnceSampler(dataset_size, Plan.uniform(self.world, cfg.base_batch), seed=cfg.seed,
+                                        shuffle=cfg.shuffle, accumulation=cfg.accumulation)
+        self.base_global_batch = cfg.base_global_batch or cfg.base_batch * self.world
+        self.log = RunLogger(cfg.run_dir if self.rank == 0 else None, tensorboard=cfg.tensorboard)
+        self._decider = self._make_decider(controller) if self.rank == 0 else None
+        self.lr = LRScaler(cfg.lr_rule)
+        self.lag_steps = 0          # steps a DataLoader generates ahead (agreed by all ranks)
+        self.progress = EpochProgress(dataset_size, enabled=cfg.progress and self.rank == 0)
+        self.local = LocalState(cfg, self.rank, self.world, self.sampler, params, self.progress)
+        self._t_start = time.perf_counter()
+        self.collector = lifecycle.start_collector(cfg.collector_period_ms, self.rank) if cfg.collector else None
+        self._excepthook = lifecycle.AbortOnUncaught(self.rank, self.world, self.comm.abort)
+        # close() also runs when the hook is garbage collected or the interpreter exits, so the
+        # run log is complete without an explicit close()
+        self._res: dict[str, Any] = {}
+        self._finalizer = weakref.finalize(self, _release, self._res)
+        self._track()
+
+    def _track(self) -> None:
+        self._res.update(log=self.log, progress=self.progress, comm=self.comm, collector=self.collector,
+                         excepthook=self._excepthook)
+
+    def _make_decider(self, controller: Controller | None) -> Decider:
+        return Decider(self.config, self.bounds, self.base_global_batch, controller, log_event=self.log.event)
+
+    # =====================================================================================
+    # properties
+    plan = property(lambda self: self.local.plan, doc="The plan in force for the next step to be trained.")
+    step_count = property(lambda self: self.local.consumed["step"])
+    epoch = property(lambda self: self.local.consumed["epoch"])
+    gns = property(lambda self: self.local.gns)
+    noise = property(lambda self: self.local.gns.estimator)
+    noise_scale = property(lambda self: self.local.gns.estimator.noise_scale)
+
+    @property
+    def controller(self) -> Controller | None:
+        return self._decider.controller if self._decider is not None else None
+
+    @property
+    def local_batch(self) -> int:
+        cur = self.local.current
+        return cur[2] if cur else self.plan.batch_sizes[self.rank]
+
+    @property
+    def current_slice(self) -> StepSlice | None:
+        """The step being trained (sizes of every rank, position in the epoch), or None."""
+        cur = self.local.current
+        return cur[0] if cur else None
+
+    def step_indices(self, sl: StepSlice | None = None) -> np.ndarray:
+        """All ranks' sample indices of a step (default: the current one), in rank order."""
+        sl = sl or self.current_slice
+        if sl is None:
+            raise DynamixError("no current step")
+        return self.sampler.permutation(sl.epoch)[sl.start:sl.end]
+
+    def loss_weight(self) -> float:
+        """n_i / T for the current micro-batch."""
+        if self.local.current is None:
+            raise DynamixError("no current micro-batch: take one from dyn.batches()/dyn.loader() first")
+        sl, _, n = self.local.current
+        return n / sl.total
+
+    # =====================================================================================
+    # data
+    def _begin_micro(self) -> None:
+        """The user takes the next micro-batch (an engine may add to this)."""
+        self.local.begin_micro()
+
+    def batches(self, epoch: int) -> Iterator[np.ndarray]:
+        """This rank's sample indices, one array per micro-batch, for (the rest of) ``epoch``."""
+        self.local.check_epoch(epoch)
+        for mb in self.local.generate(epoch):
+            self._begin_micro()
+            yield mb
+
+    def loader(self, dataset: Any, epoch: int, **dataloader_kwargs: Any) -> Iterator[Any]:
+        """A torch DataLoader over ``dataset`` with this rank's batches. Worker processes are
+        fine: the batch sampler runs ``num_workers * prefetch_factor`` micro-batches ahead, so
+        plans take effect that many steps later (all ranks must use the same settings)."""
+        from torch.utils.data import DataLoader
+
+        self.local.check_epoch(epoch)
+        for bad in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
+            if bad in dataloader_kwargs:
+                raise DynamixError(f"loader(): {bad}= is set by dynamix; remove it")
+        workers = int(dataloader_kwargs.get("num_workers", 0))
+        prefetch = int(dataloader_kwargs.get("prefetch_factor") or 2) if workers > 0 else 0
+        ahead = workers * prefetch
+        lag = math.ceil(ahead / self.config.accumulation) + (1 if ahead else 0)
+        lo, hi = self.comm.allreduce_min(lag), self.comm.allreduce_max(lag)
+        if lo != hi:
+            raise DynamixError(f"ranks use different DataLoader prefetch depths (lag {lo}..{hi} steps); "
+                               "use the same num_workers and prefetch_factor on every rank")
+        self.lag_steps = int(hi)
+        dl = DataLoader(dataset, batch_sampler=BatchSampler(self.local, epoch), **dataloader_kwargs)
+        for batch in dl:
+            self._begin_micro()
+            yield batch
+
+    # =====================================================================================
+    # the step
+    def report(self, loss: torch.Tensor | float | None = None, oom: bool = False) -> None:
+        """Optional. ``loss``: this step's loss, for the loss trend (kept as a tensor; read once
+        per decision). ``oom=True``: this rank caught an out-of-memory error in this step's
+        forward or backward; ``optimizer.step()`` then skips the update on every rank, lowers
+        this rank's cap and the same samples are redone under the new plan."""
+        if loss is not None:
+            self.local.meter.add_loss(loss)
+        if oom:
+            cur = self.local.current
+            n = cur[2] if cur else 0
+            if not self.config.oom_redo:
+                raise OutOfMemoryError(self.rank, n)
+            self.local.oom_batch = max(self.local.oom_batch, n, 1)
+            self.local.gns.cancel()
+
+    def _on_local(self, grad: torch.Tensor) -> None:
+        if self.local.gns.capturing:
+            self.local.gns.on_local(grad)
+
+    def _check_step_call(self) -> None:
+        loc = self.local
+        if loc.current is None:
+            raise DynamixError("optimizer.step() called without a batch from dyn.batches() / dyn.loader()")
+        j = loc.current[1]
+        if j != self.config.accumulation - 1:
+            raise DynamixError(f"optimizer.step() after micro-batch {j + 1} of {self.config.accumulation}: "
+                               "call it once per step, after the last micro-batch")
+
+    def _after_update(self, t_entry: float) -> None:
+        """After the update of a trained step: bookkeeping, the decision when due, the LR rule,
+        the automatic checkpoint. ``t_entry``: when this rank's own compute of the step ended."""
+        loc = self.local
+        sl, before = loc.record_step(t_entry, self._reduced_grads if self.rank == 0 else None)
+        if loc.due(sl.step):
+            self._decide(sl.step)
+        after = self.sampler.plans.at(sl.step + 1)
+        if after is not before or self.config.lr_rule == "adascale":
+            est = loc.gns.estimator
+            apply_lr(self.lr, self.optimizer, self.config.lr_rule, after, self.base_global_batch, est.s_ema, est.g2_ema)
+        every = self.config.checkpoint_every
+        if every and (sl.step + 1) % every == 0 and self.config.run_dir:
+            self.save(Path(self.config.run_dir) / "checkpoint.pt")
+
+    def _reduced_grads(self) -> list[torch.Tensor]:
+        return [p.grad for p in self.local.params if p.grad is not None]
+
+    def _replan_after_oom(self, oom: np.ndarray) -> None:
+        """Some rank ran out of memory in this step (the engine has already discarded the
+        update): lower the ranks' caps, re-split the same step and redo it."""
+        if self.lag_steps > 0:
+            raise DynamixError(f"rank(s) {np.flatnonzero(oom).tolist()} ran out of memory at batch sizes "
+                               f"{oom[oom > 0].astype(int).tolist()}; redoing a step is not possible while a "
+                               "DataLoader prefetches (num_workers > 0): lower max_batch or use num_workers=0")
+        loc = self.local
+        sl = loc.current[0]  # type: ignore[index]
+        self.bounds, plan = oom_replan(oom, self.bounds, self.sampler.plans, sl, self.config.quantum)
+        self.sampler.plans = PlanLog(plan)
+        self.sampler.epoch, self.sampler.cursor, self.sampler.step = sl.epoch, sl.start, sl.step
+        if self._decider is not None:
+            self._decider.update_bounds(self.bounds)
+            self.log.event({"step": sl.step, "oom": {"ranks": np.flatnonzero(oom > 0).tolist(),
+                                                      "batch": oom[oom > 0].astype(int).tolist(),
+                                                      "max_batch": list(self.bounds.max_batch),
+                                                      "plan": list(plan.batch_sizes)}})
+        loc.gns.cancel()
+        loc.current = None
+        loc.redo = True
+
+    # =====================================================================================
+    # decision: gather rows -> rank 0 decides -> broadcast the plan
+    def _engine_fields(self, ws: WorkerStats) -> None:
+        """An engine's own measurements of the interval (e.g. DDP's per-bucket timings)."""
+
+    def _worker_row(self, step: int) -> np.ndarray:
+        ws = self.local.worker_stats(step, self.bounds.max_batch[self.rank])
+        if self.collector is not None:
+            for key, value in self.collector.window().worker_stats_fields(ws.steps or None).items():
+                setattr(ws, key, value)
+        self._engine_fields(ws)
+        if self.metrics_fn is not None:
+            self.metrics_fn(ws)
+        return encode_row(ws, self.local.gns.sum_tc)
+
+    def _decide(self, step: int) -> None:
+        loc, d = self.local, self._decider
+        rows = self.comm.gather_rows(self._worker_row(step))
+        proposal: Plan | None = None
+        record: dict[str, Any] = {}
+        next_due = 0
+        if d is not None:
+            assert rows is not None
+            workers, extras = decode_rows(rows)
+            loc.gns.update(extras[:, 0])
+            glob = d.global_stats(step, loc.gns.estimator, loc.meter.mean_loss(),
+                                  loc.meter.throughput(loc.recent_steps()))
+            record = {"t": time.perf_counter() - self._t_start, "step": step + 1}
+            if loc.react_ranks is not None:
+                record["early"] = {"ranks": loc.react_ranks}
+            proposal = d.decide(workers, glob, self.sampler.plans.latest, step + 1 + self.lag_steps, record)
+            next_due = step + 1 + self.config.next_interval(loc.meter.means()[2])
+        else:
+            loc.gns.reset_interval()
+        plan, loc.next_due = self.comm.bcast_plan(proposal, next_due)
+        if self.config.lr_rule == "adascale":   # every rank scales its LR from rank 0's estimate
+            est = loc.gns.estimator
+            est.s_ema, est.g2_ema = self.comm.bcast_object((est.s_ema, est.g2_ema) if d is not None else None)
+        if plan.version != self.sampler.plans.latest.version:
+            self.sampler.plans.add(plan)
+            if d is not None:
+                d.applied(plan, self.sampler.plans.at(step))
+        self.sampler.plans.prune(step)
+        if d is not None:
+            self.log.decision(record, lr=float(self.optimizer.param_groups[0]["lr"]))
+        loc.decided()
+
+    # =====================================================================================
+    # checkpoint, resizing, shutdown (lifecycle.py)
+    def state_dict(self) -> dict[str, Any]:
+        return lifecycle.hook_state(self)
+
+    def load_state_dict(self, state: dict[str, Any], allow_resize: bool = False) -> None:
+        """Restore ``state_dict()``. With ``allow_resize`` a state written by another number of
+        ranks is accepted and the plan is recomputed for this world."""
+        lifecycle.restore_hook_state(self, state, allow_resize)
+
+    def adapt_to_world(self) -> None:
+        """Re-plan for the current world size (after a resized checkpoint or an elastic reset):
+        the global batch kept and split evenly from the next untrained step on, the controller
+        rebuilt on the (possibly new) rank 0; the sampler keeps its position (exact-once)."""
+        lifecycle.adapt_to_world(self)
+
+    def save(self, path: str | os.PathLike[str], **extra: Any) -> None:
+        """Rank 0 writes model, optimizer and dynamix state atomically; collective (barrier)."""
+        if self.local.current is not None:
+            raise DynamixError("save() in the middle of a step: call it after optimizer.step()")
+        lifecycle.save(path, self.rank, lambda: {"dynamix": self.state_dict(), "model": self.model.state_dict(),
+                                                 "optimizer": self.optimizer.state_dict(), **extra},
+                       self.log.flush, self.comm.barrier)
+
+    def load(self, path: str | os.PathLike[str], allow_resize: bool = False) -> dict[str, Any]:
+        """Rank 0 reads the checkpoint and broadcasts it; every rank restores model, optimizer and
+        dynamix state; returns the payload (for the user's extra entries). ``allow_resize``: a
+        checkpoint of another world size resumes here, global batch kept, coverage exact-once."""
+        payload = lifecycle.load(path, self.rank, self.comm.bcast_object)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.load_state_dict(payload["dynamix"], allow_resize=allow_resize)
+        return payload
+
+    def close(self) -> None:
+        """Stop the collector, flush and close the run log, free the communicator, restore
+        ``sys.excepthook``. Idempotent; also run at garbage collection and interpreter exit."""
+        self._track()
+        self._finalizer()
+        self.collector = None
+
+
+def _release(res: dict[str, Any]) -> None:
+    if res.get("collector") is not None:
+        res["collector"].stop()
+    res["log"].close()
+    res["progress"].close()
+    res["comm"].free()
+    res["excepthook"].restore()
+
+
+class BatchSampler:
+    """Adapts the rank's batch generator to DataLoader's ``batch_sampler`` protocol."""
+
+    def __init__(self, local: LocalState, epoch: int) -> None:
+        self.local, self.epoch = local, epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for mb in self.local.generate(self.epoch):
+            yield mb.tolist()

@@ -1,0 +1,141 @@
+"""The dynamix hook for PyTorch ``DistributedDataParallel`` under ``torchrun`` (no MPI, no Horovod):
+
+    dist.init_process_group("gloo")                        # "nccl" on GPUs; torchrun sets the env
+    model = DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    dyn = Dynamix(model, optimizer, dataset_size=len(train_set), base_batch=32)
+    for epoch in range(dyn.epoch, epochs):
+        for idx in dyn.batches(epoch):                     # this rank's b_i sample indices
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            optimizer.zero_grad(); loss.backward(); optimizer.step()
+
+The loop is DDP's: the model and optimizer are the user's own objects. Dynamix adds
+  * a DDP communication hook (ddp_hook.py) that weights each gradient bucket by n_i/T and SUMs
+    it, so the reduced gradient is the one big batch's mean gradient whatever the b_i; it times
+    every bucket and carries the step's flags in bucket 0 (no collective of its own per step);
+  * the optimizer's step pre-hook: the flags (an out-of-memory rank: the update is skipped on
+    every rank and the same samples are redone under a lowered cap), and the post-hook: the
+    engine-neutral per-step logic of core.py (record the step, decide when due, LR rule,
+    automatic checkpoint);
+  * gradient accumulation: DDP's ``no_sync`` (``require_backward_grad_sync = False``) on every
+    micro-batch but the last of a step, so one reduction per step.
+Plans and rows travel over a private gloo group (comm.TorchComm). ``resume=PATH`` (or, after a
+``torchrun --max-restarts`` restart, ``run_dir/checkpoint.pt``) resumes exactly once, also on
+another number of ranks.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from dynamix_hvd.comm import TorchComm
+from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.controllers import Controller
+from dynamix_hvd.core import DynamixCore, load_config
+from dynamix_hvd.ddp_hook import SumHook
+from dynamix_hvd.errors import DynamixError
+from dynamix_hvd.records import WorkerStats
+
+
+class Dynamix(DynamixCore):
+    """Dynamic per-rank batch sizes for a DDP job. Create after ``init_process_group`` and DDP."""
+
+    def __init__(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer, dataset_size: int,
+                 config: DynamixConfig | None = None, *, controller: Controller | str | None = None,
+                 emulator: Any = None, comm: Any = None, resume: str | os.PathLike[str] | None = None,
+                 metrics_fn: Callable[[WorkerStats], None] | None = None, **config_kwargs: Any) -> None:
+        if not isinstance(model, DistributedDataParallel):
+            raise DynamixError(f"the ddp engine needs the model wrapped in DistributedDataParallel, got "
+                               f"{type(model).__name__}: model = DistributedDataParallel(model) first")
+        config, controller = load_config(config, controller, config_kwargs)
+        self.optimizer = optimizer
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        self._setup(model, dataset_size, config, comm or TorchComm(), params, controller, emulator, metrics_fn)
+        cfg = self.config
+        self._hook = SumHook(self.rank, self.world, None, scale=lambda: self.local.scale,
+                             on_local=self._on_local if cfg.gns else None,
+                             flags=self._my_flags if (cfg.oom_redo or cfg.react) else None)
+        self._hook.register(model)
+        self.local.on_new_step = self._hook.new_step
+        self._t_compute = 0.0
+        self._handles = [optimizer.register_step_pre_hook(self._pre_step),
+                         optimizer.register_step_post_hook(self._post_step)]
+        if resume is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and cfg.run_dir:
+            resume = Path(cfg.run_dir) / "checkpoint.pt"     # torchrun restarted the workers
+        if resume is not None and self.comm.bcast_object(os.path.exists(resume) if self.rank == 0 else None):
+            self.load(resume, allow_resize=True)
+
+    def _my_flags(self) -> tuple[int, int]:
+        return self.local.oom_batch, self.local.react_flag
+
+    def _begin_micro(self) -> None:
+        super()._begin_micro()
+        k = self.config.accumulation
+        if k > 1:   # DDP's no_sync() on every micro-batch but the step's last
+            self.model.require_backward_grad_sync = self.local.current[1] == k - 1   # type: ignore[index]
+
+    # ---- optimizer.step(): pre-hook (flags, skip on out-of-memory), post-hook (core) -------------
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        t_entry = time.perf_counter()
+        self._check_step_call()
+        loc, hook = self.local, self._hook
+        if hook.buckets == 0:
+            self._join_reduction()
+        oom: np.ndarray | None = None
+        if hook.flags is not None:
+            oom, react = hook.read_flags()
+            if react is not None:
+                loc.react_ranks = react
+        else:
+            if loc.react_flag:
+                loc.react_ranks = [self.rank]
+            if loc.oom_batch:
+                oom = np.zeros(self.world, dtype=np.int64)
+                oom[self.rank] = loc.oom_batch
+        loc.oom_batch = loc.react_flag = 0
+        # this rank's compute ended when its last bucket was ready; the rest of backward was waiting
+        self._t_compute = hook.t_last if hook.buckets else t_entry
+        if oom is not None and np.any(oom > 0):
+            for p in loc.params:      # every optimizer skips parameters without a gradient
+                p.grad = None
+            self._replan_after_oom(oom)
+
+    def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.local.current is None:    # the step was skipped (out of memory somewhere) and is redone
+            return
+        self._after_update(self._t_compute)
+
+    def _join_reduction(self) -> None:
+        """This rank did not run backward in this step (it reported out of memory after DDP's
+        forward): a zero backward so that DDP's reduction (and the flags) still runs everywhere."""
+        if not self.local.oom_batch:
+            raise DynamixError("optimizer.step() without loss.backward() in this step: every rank must run "
+                               "backward (or report(oom=True) after an out-of-memory error)")
+        with torch.enable_grad():
+            torch.stack([p.sum() for p in self.local.params]).sum().mul(0.0).backward()
+        if self._hook.buckets == 0:
+            raise DynamixError(f"rank {self.rank} ran out of memory before DDP's forward finished; DDP cannot "
+                               "reduce this step without it. Lower max_batch for this rank.")
+
+    # ---- the interval's bucket timings into the rank's row ---------------------------------------
+    def _engine_fields(self, ws: WorkerStats) -> None:
+        times = self._hook.times
+        if times.n:
+            ws.allreduce_p50_s = times.p50_s()
+            ws.allreduce_bytes = times.bytes_per_step()
+        times.reset()
+
+    def _rehook(self) -> None:
+        """After a resized checkpoint: the hook already serves this process's world."""
+
+    def close(self) -> None:
+        for h in getattr(self, "_handles", ()):
+            h.remove()
+        self._handles = []
+        super().close()
