@@ -50,6 +50,37 @@ def test_config_env_only_config_error(env):
         assert "DYNAMIX_" in str(exc) or any(name in str(exc) for name in FIELDS), str(exc)
 
 
+def _env_text(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else repr(v) if isinstance(v, float) else str(v)
+
+
+def _toml_text(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else f'"{v}"' if isinstance(v, str) else repr(v)
+
+
+@settings(max_examples=200, deadline=None)
+@given(valid_configs)
+def test_valid_env_overrides_load_and_keep_their_values(kwargs):
+    """Positive case of the environment fuzz: every valid setting given as DYNAMIX_<FIELD> arrives."""
+    env = {f"DYNAMIX_{k.upper()}": ("none" if v is None else _env_text(v)) for k, v in kwargs.items()}
+    cfg = DynamixConfig.load(env=dict(env, DYNAMIX_MAX_BATCH="1024"))
+    for k, v in kwargs.items():
+        assert getattr(cfg, k) == v, (k, env[f"DYNAMIX_{k.upper()}"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(valid_configs)
+def test_valid_toml_files_load_and_keep_their_values(tmp_path_factory, kwargs):
+    """Positive case of the TOML fuzz: a valid file (top level or under [dynamix]) keeps its values."""
+    path = tmp_path_factory.mktemp("cfg") / "c.toml"
+    body = "".join(f"{k} = {_toml_text(v)}\n" for k, v in kwargs.items() if v is not None) + "max_batch = 1024\n"
+    for text in (body, "[dynamix]\n" + body):
+        path.write_text(text)
+        cfg = DynamixConfig.load(path, env={})
+        for k, v in kwargs.items():
+            assert getattr(cfg, k) == v, (k, text)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=200))
 def test_config_toml_only_config_error(tmp_path_factory, text):

@@ -177,10 +177,13 @@ def test_next_interval_spaces_decisions_in_time():
 
 
 def test_env_registry_rejects_misspelt_name():
-    with pytest.raises(ConfigError, match="DYNAMIX_DEADBAND"):
+    # the message names the closest valid name as the suggestion (not merely somewhere in the list)
+    with pytest.raises(ConfigError, match=r"DYNAMIX_DEADBNAD is not a dynamix setting; did you mean DYNAMIX_DEADBAND\?"):
         check_env({"DYNAMIX_DEADBNAD": "0.1"})
-    with pytest.raises(ConfigError, match="DYNAMIX_CONTROLLER"):
+    with pytest.raises(ConfigError, match=r"did you mean DYNAMIX_CONTROLLER\?"):
         DynamixConfig.load(env={"DYNAMIX_CONTROLER": "ppo"})
+    with pytest.raises(ConfigError, match=r"did you mean DYNAMIX_GNS_EVERY\?"):
+        check_env({"DYNAMIX_GNS_EVRY": "2"})
     check_env({"DYNAMIX_LINK_R3": "x", "DYNAMIX_CACHE": "/tmp", "OTHER": "1"})
     assert "DYNAMIX_GNS_EVERY" in env_var_names()
     assert DynamixConfig.load(env={"DYNAMIX_MIN_GLOBAL_BATCH": "24"}).min_global_batch == 24
