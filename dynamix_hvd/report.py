@@ -72,13 +72,25 @@ def _plot_ranks(ax_b: Any, ax_c: Any, run_dir: Path, title: str) -> bool:
     return True
 
 
-def plot_bench(out_dir: Path | str, png: Path | str | None = None) -> Path:
-    """report.png of a bench directory; returns its path."""
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(plt: Any, fig: Any, png: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+    return png
+
+
+def plot_bench(out_dir: Path | str, png: Path | str | None = None) -> Path:
+    """report.png of a bench directory; returns its path."""
+    plt = _pyplot()
     out_dir = Path(out_dir)
     res = json.loads((out_dir / "results.json").read_text())
     names = [n for n, m in res["controllers"].items() if "error" not in m and (out_dir / n).is_dir()]
@@ -103,20 +115,12 @@ def plot_bench(out_dir: Path | str, png: Path | str | None = None) -> Path:
     ax.set_title(f"time to {res['target_accuracy']:.0%} test accuracy ({res.get('network', '')[:60]})", fontsize=8)
     for i, n in enumerate(names, start=1):
         _plot_ranks(axes[i, 0], axes[i, 1], out_dir / n, n)
-    fig.tight_layout()
-    png = Path(png) if png else out_dir / "report.png"
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
-    return png
+    return _save(plt, fig, Path(png) if png else out_dir / "report.png")
 
 
 def plot_run(run_dir: Path | str, png: Path | str | None = None) -> Path:
     """report.png of a single run directory (a bench run or any hook run with events.jsonl)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     run_dir = Path(run_dir)
     ev = read_evals(run_dir / "evals.jsonl")
     fig, axes = plt.subplots(1, 3 if ev else 2, figsize=(15 if ev else 10, 3.5), squeeze=False)
@@ -130,11 +134,7 @@ def plot_run(run_dir: Path | str, png: Path | str | None = None) -> Path:
     if not _plot_ranks(axes[0], axes[1], run_dir, run_dir.name):
         plt.close(fig)
         raise FileNotFoundError(f"{run_dir}: no rank*.jsonl or events.jsonl to plot")
-    fig.tight_layout()
-    png = Path(png) if png else run_dir / "report.png"
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
-    return png
+    return _save(plt, fig, Path(png) if png else run_dir / "report.png")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,11 +41,16 @@ def test_writer_then_readers_give_the_typed_records_back(tmp_path):
     assert "early" not in json.loads((tmp_path / "events.jsonl").read_text().splitlines()[1])   # unset: not written
 
 
-def test_an_unknown_field_names_the_file_and_line(tmp_path):
-    w = EventsWriter(tmp_path)
+def one_decision_line(run_dir) -> dict:
+    """Write one decision through the writer; its line as parsed JSON."""
+    w = EventsWriter(run_dir)
     w.decision(hook_record(1), lr=0.1)
     w.close()
-    line = json.loads((tmp_path / "events.jsonl").read_text())
+    return json.loads((run_dir / "events.jsonl").read_text())
+
+
+def test_an_unknown_field_names_the_file_and_line(tmp_path):
+    line = one_decision_line(tmp_path)
     bad = dict(line, surprise=1)
     with open(tmp_path / "events.jsonl", "a") as f:
         f.write(json.dumps(line) + "\n" + json.dumps(bad) + "\n")
@@ -59,10 +64,7 @@ def test_an_unknown_field_names_the_file_and_line(tmp_path):
 @pytest.mark.parametrize("drop,where", [("goodput", "missing field(s) ['goodput']"),
                                          ("workers.compute_s", None), ("workers.rank", "workers[0]")])
 def test_a_missing_field_names_the_file_and_line(tmp_path, drop, where):
-    w = EventsWriter(tmp_path)
-    w.decision(hook_record(1), lr=0.1)
-    w.close()
-    d = json.loads((tmp_path / "events.jsonl").read_text())
+    d = one_decision_line(tmp_path)
     if drop.startswith("workers."):
         del d["workers"][0][drop.split(".")[1]]
     else:
