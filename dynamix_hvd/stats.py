@@ -101,8 +101,8 @@ class NoiseScaleEstimator:
         return self.s_ema if self.updates else NAN
 
     def state_dict(self) -> dict[str, Any]:
-        return {"beta": self.beta, "s_ema": self.s_ema, "g2_ema": self.g2_ema, "updates": self.updates,
-                "s_var": self.s_var, "g2_var": self.g2_var}
+        return {"beta": float(self.beta), "s_ema": float(self.s_ema), "g2_ema": float(self.g2_ema),
+                "updates": int(self.updates), "s_var": float(self.s_var), "g2_var": float(self.g2_var)}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.beta, self.s_ema, self.g2_ema, self.updates = (
@@ -142,7 +142,7 @@ class Trend:
         return (self.ema - self.prev) / abs(self.prev)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"beta": self.beta, "ema": self.ema, "prev": self.prev}
+        return {"beta": float(self.beta), "ema": float(self.ema), "prev": float(self.prev)}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.beta, self.ema, self.prev = float(d["beta"]), float(d["ema"]), float(d["prev"])

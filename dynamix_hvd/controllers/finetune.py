@@ -41,12 +41,22 @@ import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
-from dynamix_hvd.agent.policy_io import PolicyLoadError, decode_state, encode_state, load_policy  # noqa: F401
+from dynamix_hvd.agent.policy_io import PolicyLoadError, decode_state, load_policy  # noqa: F401
 from dynamix_hvd.controllers.live_reward import live_reward, reference_goodput  # noqa: F401 (re-exported)
 from dynamix_hvd.state import pad_rows
 
 OBS_LIMIT = 5.0          # as agent.env.OBS_LIMIT (the training observations are clipped to it)
-STATE_FORMAT = 1
+STATE_FORMAT = 2          # 2: weights as tensors in the state; 1: base64 of a torch.save blob (still read)
+
+
+def finetune_weights(state: dict[str, Any]) -> dict[str, Any]:
+    """{"policy": state dict[, "optimizer": ...]} of a fine-tuning state (format 2, or format 1's
+    base64 blob decoded with ``weights_only=True``)."""
+    if isinstance(state.get("weights"), str):
+        return decode_state(state["weights"])
+    if not isinstance(state.get("policy"), dict):
+        raise PolicyLoadError(f"fine-tuning state (format {state.get('format')!r}) holds no policy weights")
+    return {"policy": state["policy"], "optimizer": state.get("optimizer")}
 
 
 # ============================================================================ SB3 plumbing
@@ -88,59 +98,69 @@ class _KeepRng:
         random.setstate(self._py)
 
 
-def _spaces(n_workers: int, n_features: int, n_levels: int, n_global: int) -> tuple[Any, Any]:
-    import gymnasium as gym
-    obs = gym.spaces.Box(-OBS_LIMIT, OBS_LIMIT, shape=(n_workers, n_features), dtype=np.float32)
-    act = gym.spaces.MultiDiscrete([n_levels] * n_workers + [n_global])
-    return obs, act
-
-
 def load_model(path: str | os.PathLike, n_workers: int, *, steps: int = 32, lr: float = 1e-4, epochs: int = 4,
                batch_size: int | None = None) -> Any:
-    """A private SB3 ``PPO`` loaded from the policy zip for exactly ``n_workers`` rows, with the
+    """A private SB3 ``PPO`` built from the policy zip for exactly ``n_workers`` rows, with the
     fine-tuning hyper-parameters (the rest — gamma, GAE lambda, clip range, entropy and value
-    coefficients, gradient clipping — as the policy was trained). Never the cached policy of
-    ``controllers.ppo.load_policy``."""
+    coefficients, gradient clipping — as the policy was trained). Nothing in the file is
+    unpickled: configuration, weights and Adam state come from ``policy_io.read_policy_file``
+    (``PPO.load`` is never called). Never the cached policy of ``controllers.ppo.load_policy``."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.logger import Logger
 
     from dynamix_hvd.agent.policy import SharedRowPolicy
+    from dynamix_hvd.agent.policy_io import policy_spaces, read_policy_file
 
-    p = Path(path)
-    net = load_policy(p)[0].mlp_extractor        # the cached copy: only its sizes are read
-    obs_space, act_space = _spaces(n_workers, net.n_features, net.n_levels, net.n_global)
+    pf = read_policy_file(path)
+    obs_space, act_space = policy_spaces(n_workers, pf.n_features, pf.nvec[0], pf.nvec[-1])
+    h = pf.hyper
     try:
         with _KeepRng():
-            model = PPO.load(p, device="cpu", custom_objects={
-                "observation_space": obs_space, "action_space": act_space,
-                "learning_rate": float(lr), "lr_schedule": lambda _: float(lr)},
-                n_envs=1, n_steps=int(steps), batch_size=int(batch_size or min(steps, 64)), n_epochs=int(epochs),
-                seed=None, _current_progress_remaining=1.0)
+            model = PPO(SharedRowPolicy, env=None, device="cpu", _init_setup_model=False)
+            model.observation_space, model.action_space, model.n_envs = obs_space, act_space, 1
+            model.policy_kwargs = dict(pf.policy_kwargs)
+            for key in ("gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm", "normalize_advantage",
+                        "target_kl", "clip_range_vf"):
+                if key in h:
+                    setattr(model, key, h[key])
+            model.clip_range = float(h.get("clip_range", 0.2))
+            model.learning_rate = float(lr)
+            model.n_steps, model.n_epochs = int(steps), int(epochs)
+            model.batch_size = int(batch_size or min(steps, 64))
+            model.seed, model._current_progress_remaining = None, 1.0
+            model._setup_model()
+            model.policy.load_state_dict(pf.weights, strict=True)
+            if pf.optimizer is not None:
+                model.policy.optimizer.load_state_dict(pf.optimizer)
     except Exception as exc:  # noqa: BLE001 - any failure here means the file is unusable
-        raise PolicyLoadError(f"policy file {p} could not be loaded for fine-tuning "
+        raise PolicyLoadError(f"policy file {pf.path} could not be loaded for fine-tuning "
                               f"({type(exc).__name__}: {exc})") from exc
-    if not isinstance(model.policy, SharedRowPolicy):
-        raise PolicyLoadError(f"policy file {p} holds a {type(model.policy).__name__}, not a SharedRowPolicy")
     model.set_logger(Logger(folder=None, output_formats=[]))
     return model
 
 
 def save_policy_zip(source: str | os.PathLike, policy_state: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write an SB3 zip (loadable by ``controllers.ppo.load_policy``) holding ``policy_state`` with
-    the configuration of the policy zip ``source``."""
-    from stable_baselines3 import PPO
-    with _KeepRng():
-        model = PPO.load(Path(source), device="cpu",
-                         custom_objects={"learning_rate": 0.0, "lr_schedule": lambda _: 0.0}, seed=None)
+    the configuration of the policy zip ``source`` (read without unpickling)."""
+    from dynamix_hvd.agent.policy_io import read_policy_file
+    model = load_model(source, read_policy_file(source).n_rows)
     model.policy.load_state_dict(policy_state)
     return _save(model, path)
 
 
 def _save(model: Any, path: str | os.PathLike) -> Path:
+    """``model.save`` (plain SB3 zip), written to a temporary name in the same directory and renamed."""
     out = Path(path)
+    out = out if out.suffix == ".zip" else out.with_name(out.name + ".zip")
     out.parent.mkdir(parents=True, exist_ok=True)
-    model.save(out)
-    return out if out.suffix == ".zip" else out.with_name(out.name + ".zip")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.zip")
+    try:
+        model.save(tmp)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
 
 
 def _lower_thread_priority() -> None:
@@ -174,7 +194,7 @@ class FineTuner:
         self._episode_start = False
         self._thread: threading.Thread | None = None
         self._opt_state = copy.deepcopy(self.model.policy.optimizer.state_dict())
-        self._blob: tuple[int | None, str | None] = (None, None)
+        self._blob: tuple[int | None, dict[str, Any] | None] = (None, None)
         self.n_updates = 0
         self.n_transitions = 0
         self.rollouts_dropped = 0         # full rollouts dropped because an update was still running
@@ -292,17 +312,18 @@ class FineTuner:
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """Weights of the acting policy (+ Adam state) as base64 of ``torch.save``: JSON-able and
-        never blocks on a running update (it holds the weights of the last finished update)."""
+        """Weights of the acting policy and Adam's state as tensors and plain data (a checkpoint
+        reads them back with ``weights_only=True``); never blocks on a running update (it holds
+        the weights of the last finished update)."""
         with self.lock:
             if self._blob[0] != self.n_updates or self._blob[1] is None:
-                self._blob = (self.n_updates, encode_state({"policy": self.acting.state_dict(),
-                                                            "optimizer": self._opt_state}))
+                self._blob = (self.n_updates, {"policy": {k: v.detach().clone() for k, v in self.acting.state_dict().items()},
+                                               "optimizer": copy.deepcopy(self._opt_state)})
             return {"format": STATE_FORMAT, "n_updates": self.n_updates, "n_transitions": self.n_transitions,
-                    "rollouts_dropped": self.rollouts_dropped, "weights": self._blob[1]}
+                    "rollouts_dropped": self.rollouts_dropped, **self._blob[1]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        payload = decode_state(state["weights"])
+        payload = finetune_weights(state)
         self.wait()
         with self.lock:
             self.acting.load_state_dict(payload["policy"])

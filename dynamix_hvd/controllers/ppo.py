@@ -181,9 +181,8 @@ class PPOController(Controller):
         if self.finetuner is not None:
             d["finetune"] = self.finetuner.state_dict()
             d["prev_sizes"] = self._prev_sizes
-        elif self._own_policy:
-            from dynamix_hvd.agent.policy_io import encode_state
-            d["finetune"] = {"format": 1, "weights": encode_state({"policy": self.policy.state_dict()}),
+        elif self._own_policy:       # tensors and plain data: checkpoints load with weights_only=True
+            d["finetune"] = {"format": 2, "policy": {k: v.detach().clone() for k, v in self.policy.state_dict().items()},
                              **self._loaded_finetune_counts}
         return d
 
@@ -205,12 +204,13 @@ class PPOController(Controller):
             # resumed without fine-tuning: act (deterministically) with the fine-tuned weights, on a
             # private copy so the cached shipped policy is never modified
             import copy
-            from dynamix_hvd.agent.policy_io import decode_state
+            from dynamix_hvd.controllers.finetune import finetune_weights
+            weights = finetune_weights(ft)["policy"]
             if not self._own_policy:
                 self.policy = copy.deepcopy(self.policy)
                 self.policy.optimizer = None
                 self._own_policy = True
-            self.policy.load_state_dict(decode_state(ft["weights"])["policy"])
+            self.policy.load_state_dict(weights)
             self.net = self.policy.mlp_extractor
             self._loaded_finetune_counts = {k: ft[k] for k in ("n_updates", "n_transitions") if k in ft}
 

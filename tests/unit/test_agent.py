@@ -191,7 +191,7 @@ def test_corrupt_policy_file_is_a_clear_error(tmp_path):
     import zipfile
     with zipfile.ZipFile(tmp_path / "empty.zip", "w") as z:
         z.writestr("hello.txt", "x")
-    with pytest.raises(PolicyLoadError, match="could not be loaded"):
+    with pytest.raises(PolicyLoadError, match="not a stable-baselines3 zip"):
         make_controller("ppo", PlanBounds(max_batch=(64,) * 2), 32, policy=str(tmp_path / "empty.zip"))
 
 
