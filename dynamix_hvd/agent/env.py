@@ -14,13 +14,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from dynamix_hvd.agent.actions import ActionConfig, make_anchor, proposal_from_action
+from dynamix_hvd.controllers.policy.actions import ActionConfig, global_action_feature, make_anchor, proposal_from_action
+from dynamix_hvd.controllers.policy.net import OBS_LIMIT
 from dynamix_hvd.agent.reward import RewardWeights, sim_reward
 from dynamix_hvd.agent.sim import ClusterSim, SimConfig
 from dynamix_hvd.plan import Plan, next_plan
 from dynamix_hvd.state import N_FEATURES, ObsConfig, observation_from_arrays, pad_rows
 
-OBS_LIMIT = 5.0
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,6 @@ class EnvConfig:
         return EnvConfig(SimConfig.from_dict(d.get("sim", {})), ObsConfig.from_dict(d.get("obs", {})),
                          ActionConfig.from_dict(d.get("action", {})), RewardWeights.from_dict(d.get("reward", {})),
                          int(d.get("n_max", 64)), float(d.get("deadband", 0.05)))
-
-
-def global_action_feature(index: int, config: ActionConfig) -> float:
-    span = max(1, len(config.global_scales) - 1)
-    return (index - config.noop_global) / span
 
 
 class DynamixEnv(gym.Env):

@@ -30,9 +30,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from dynamix_hvd.agent.actions import ActionConfig, make_anchor
+from dynamix_hvd.controllers.policy.actions import ActionConfig, make_anchor
 from dynamix_hvd.agent.curriculum import PoolEntry, WorldPool, reference_times
-from dynamix_hvd.agent.history import N_HISTORY, WorkerHistory
+from dynamix_hvd.controllers.policy.history import N_HISTORY, WorkerHistory
+from dynamix_hvd.controllers.policy.net import OBS_LIMIT
 from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.controllers.ppo import PPOController
 from dynamix_hvd.decide import decide_plan
@@ -41,7 +42,6 @@ from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, WorldSp
 from dynamix_hvd.safety import MoveLimits
 from dynamix_hvd.state import N_FEATURES, ObsConfig, pad_rows
 
-OBS_LIMIT = 5.0
 REPLAY_SCALES = (0.5, 0.8, 1.0, 1.25, 1.6, 2.0, 3.0)   # global-batch multipliers of the replay policies
 
 

@@ -104,7 +104,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
         nm = name_for(label, wl)
         tag = nm if nm in ctl_of or nm == "ppo" else f"ppo#{hashes[nm[4:]]}"
         if nm == "ppo":
-            from dynamix_hvd.agent.policy_io import default_policy_path
+            from dynamix_hvd.controllers.policy.io import default_policy_path
             tag = f"ppo#{_file_hash(str(default_policy_path()))}"
         return f"{wl}|{tr}|{n}|{s}|{tag}"
 

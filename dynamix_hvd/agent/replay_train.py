@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dynamix_hvd.agent.actions import ActionConfig
+from dynamix_hvd.controllers.policy.actions import ActionConfig
 from dynamix_hvd.agent.replay_env import REPLAY_SCALES, ReplayEnvConfig, make_replay_env
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES
 from dynamix_hvd.state import ObsConfig
@@ -52,7 +52,7 @@ def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_e
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from dynamix_hvd.agent.curriculum import WorldPool
-    from dynamix_hvd.agent.policy import SharedRowPolicy
+    from dynamix_hvd.controllers.policy.net import SharedRowPolicy
 
     torch.set_num_threads(max(1, threads))
     out = Path(out)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dynamix_hvd.agent.actions import ANCHORS, ActionConfig
+from dynamix_hvd.controllers.policy.actions import ANCHORS, ActionConfig
 from dynamix_hvd.agent.env import EnvConfig, make_env
 from dynamix_hvd.agent.reward import RewardWeights
 from dynamix_hvd.agent.sim import SimConfig
@@ -73,7 +73,7 @@ def train(env_cfg: EnvConfig, timesteps: int, seed: int, out: Path, n_envs: int 
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 
-    from dynamix_hvd.agent.policy import SharedRowPolicy
+    from dynamix_hvd.controllers.policy.net import SharedRowPolicy
 
     torch.set_num_threads(max(1, threads))
     out = Path(out)

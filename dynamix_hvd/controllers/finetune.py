@@ -17,7 +17,7 @@ Every decision of a fine-tuning ``PPOController`` goes through ``FineTuner.step`
 The number of workers N is fixed within a job, so the buffer's observation space is (N, 1 + F)
 (column 0 = the valid-row mask of ``state.pad_rows``, all ones) and the action space
 MultiDiscrete([n_levels] * N + [n_global]): the policy's parameters do not depend on the number
-of rows (``agent.policy``), so the zip trained on padded 64-row observations is loaded for N rows.
+of rows (``controllers.policy.net``), so the zip trained on padded 64-row observations is loaded for N rows.
 
 Fine-tuning on simulated episodes (benchmarks, tests) is ``agent.finetune_sim.finetune_in_sim``.
 
@@ -41,11 +41,11 @@ import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
-from dynamix_hvd.agent.policy_io import PolicyLoadError, decode_state, load_policy  # noqa: F401
+from dynamix_hvd.controllers.policy.io import PolicyLoadError, decode_state, load_policy  # noqa: F401
+from dynamix_hvd.controllers.policy.net import OBS_LIMIT
 from dynamix_hvd.controllers.live_reward import live_reward, reference_goodput  # noqa: F401 (re-exported)
 from dynamix_hvd.state import pad_rows
 
-OBS_LIMIT = 5.0          # as agent.env.OBS_LIMIT (the training observations are clipped to it)
 STATE_FORMAT = 2          # 2: weights as tensors in the state; 1: base64 of a torch.save blob (still read)
 
 
@@ -108,8 +108,8 @@ def load_model(path: str | os.PathLike, n_workers: int, *, steps: int = 32, lr: 
     from stable_baselines3 import PPO
     from stable_baselines3.common.logger import Logger
 
-    from dynamix_hvd.agent.policy import SharedRowPolicy
-    from dynamix_hvd.agent.policy_io import policy_spaces, read_policy_file
+    from dynamix_hvd.controllers.policy.net import SharedRowPolicy
+    from dynamix_hvd.controllers.policy.io import policy_spaces, read_policy_file
 
     pf = read_policy_file(path)
     obs_space, act_space = policy_spaces(n_workers, pf.n_features, pf.nvec[0], pf.nvec[-1])
@@ -142,7 +142,7 @@ def load_model(path: str | os.PathLike, n_workers: int, *, steps: int = 32, lr: 
 def save_policy_zip(source: str | os.PathLike, policy_state: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write an SB3 zip (loadable by ``controllers.ppo.load_policy``) holding ``policy_state`` with
     the configuration of the policy zip ``source`` (read without unpickling)."""
-    from dynamix_hvd.agent.policy_io import read_policy_file
+    from dynamix_hvd.controllers.policy.io import read_policy_file
     model = load_model(source, read_policy_file(source).n_rows)
     model.policy.load_state_dict(policy_state)
     return _save(model, path)

@@ -1,9 +1,9 @@
 """PPO controller: the trained DYNAMIX policy (stable-baselines3 zip) applied to any number of ranks.
 
-The policy's actor is one MLP shared by every worker row (see ``dynamix_hvd.agent.policy``), so
+The policy's actor is one MLP shared by every worker row (see ``dynamix_hvd.controllers.policy.net``), so
 it is run directly on the N rows of the observation built by ``dynamix_hvd.state`` (N = 1 ..
 1024+, whatever N it was trained with). The action becomes proposed sizes exactly as in the
-training env (``dynamix_hvd.agent.actions``). Problems with the policy file raise
+training env (``dynamix_hvd.controllers.policy.actions``). Problems with the policy file raise
 ``PolicyLoadError`` naming the file and the problem.
 
 With ``finetune=True`` (``DynamixConfig.finetune``) the controller acts with its *own* copy of the
@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dynamix_hvd.agent.policy_io import PolicyLoadError, default_policy_path, load_policy  # noqa: F401 (re-exported)
+from dynamix_hvd.controllers.policy.io import PolicyLoadError, default_policy_path, load_policy  # noqa: F401 (re-exported)
 from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
@@ -34,7 +34,7 @@ class PPOController(Controller):
                  finetune_lr: float = 1e-4, finetune_epochs: int = 4, finetune_seed: int | None = None,
                  reference_goodput_fn: Callable[[ClusterState], float] | None = None) -> None:
         super().__init__(bounds, base_batch)
-        from dynamix_hvd.agent.actions import ActionConfig
+        from dynamix_hvd.controllers.policy.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig
         import torch
         torch.manual_seed(seed)   # only matters with deterministic=False
@@ -43,8 +43,8 @@ class PPOController(Controller):
         self.net = self.policy.mlp_extractor
         self.obs_config = ObsConfig.from_dict(cfg.get("obs", {}))
         self.action_config = ActionConfig.from_dict(cfg.get("action", {}))
-        # per-worker history features (agent/history.py), when the policy was trained with them
-        from dynamix_hvd.agent.history import N_HISTORY, WorkerHistory
+        # per-worker history features (controllers/policy/history.py), when the policy was trained with them
+        from dynamix_hvd.controllers.policy.history import N_HISTORY, WorkerHistory
         hist = cfg.get("history")
         self.history = WorkerHistory(int(hist.get("window", 8))) if hist else None
         expected = N_FEATURES + 1 + (N_HISTORY if self.history is not None else 0)
@@ -57,7 +57,7 @@ class PPOController(Controller):
             raise PolicyLoadError(f"policy file {policy or default_policy_path()}: action config does not match "
                                   "the network's output sizes")
         self.deterministic = deterministic
-        from dynamix_hvd.agent.actions import make_anchor
+        from dynamix_hvd.controllers.policy.actions import make_anchor
         self.anchor = make_anchor(self.action_config, bounds, base_batch)
         self.target_B: float | None = None
         self.last_levels: np.ndarray | None = None
@@ -65,7 +65,7 @@ class PPOController(Controller):
         self.finetuner: Any = None
         self._own_policy = False      # True once self.policy is a private copy (fine-tuned weights)
         if finetune:
-            from dynamix_hvd.agent.reward import RewardWeights
+            from dynamix_hvd.reward import RewardWeights
             from dynamix_hvd.controllers.finetune import FineTuner
             self.finetuner = FineTuner(policy if policy is not None else default_policy_path(), len(bounds.max_batch),
                                        steps=finetune_steps, lr=finetune_lr, epochs=finetune_epochs,
@@ -83,7 +83,7 @@ class PPOController(Controller):
         """One throw-away observation + forward pass on a synthetic state, so the first live
         decision does not pay lazy imports and torch's first-call set-up (30-100 ms measured in
         the bench's first decision before this). Changes no controller state."""
-        import dynamix_hvd.agent.env  # noqa: F401  (decide's lazy imports)
+        import dynamix_hvd.controllers.policy.actions  # noqa: F401  (decide's lazy imports)
         from dynamix_hvd.plan import Plan
         from dynamix_hvd.records import GlobalStats, WorkerStats
         n = len(self.bounds.max_batch)
@@ -134,8 +134,7 @@ class PPOController(Controller):
         return idx.astype(np.float64) - self.action_config.k, gidx
 
     def decide(self, state: ClusterState) -> Sequence[float]:
-        from dynamix_hvd.agent.actions import proposal_from_action
-        from dynamix_hvd.agent.env import global_action_feature
+        from dynamix_hvd.controllers.policy.actions import global_action_feature, proposal_from_action
         sizes = state.plan.batch_sizes
         if len(sizes) != len(self.bounds.max_batch):
             raise ValueError(f"state has {len(sizes)} workers; this controller was built for "
@@ -167,7 +166,7 @@ class PPOController(Controller):
         if self.history is not None:
             self.history.reset()
         if self.anchor is not None:
-            from dynamix_hvd.agent.actions import make_anchor
+            from dynamix_hvd.controllers.policy.actions import make_anchor
             self.anchor = make_anchor(self.action_config, self.bounds, self.base_batch)
         if self.finetuner is not None:
             self._prev_sizes = None

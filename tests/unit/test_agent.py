@@ -8,7 +8,7 @@ pytest.importorskip("stable_baselines3")
 
 from stable_baselines3.common.env_checker import check_env  # noqa: E402
 
-from dynamix_hvd.agent.actions import ActionConfig, proposal_from_action  # noqa: E402
+from dynamix_hvd.controllers.policy.actions import ActionConfig, proposal_from_action  # noqa: E402
 from dynamix_hvd.agent.env import DynamixEnv, EnvConfig  # noqa: E402
 from dynamix_hvd.agent.rollout import factory, run_episode  # noqa: E402
 from dynamix_hvd.agent.sim import ClusterSim, SimConfig  # noqa: E402
@@ -60,7 +60,7 @@ def test_action_mapping_shifts_split_and_scales_total():
 def test_balanced_anchor_zero_action_is_the_equal_time_split():
     """With anchor='balanced' the zero action is the split equalising the *fitted* compute times
     (fixed + per-sample costs), whatever the current plan; levels move from there."""
-    from dynamix_hvd.agent.actions import BalancedAnchor
+    from dynamix_hvd.controllers.policy.actions import BalancedAnchor
     alpha, beta = np.array([0.010, 0.010, 0.004]), np.array([1e-3, 4e-3, 2e-3])
     anchor = BalancedAnchor()
     for sizes in ([32, 32, 32], [48, 20, 20]):          # two sizes per rank, > 25% apart: affine fit identified
@@ -87,7 +87,7 @@ def _timed_state(sizes, compute, noise_scale=float("nan")):
 def test_goodput_anchor_zero_action_is_the_goodput_controllers_plan():
     """anchor='goodput': with all levels 0 and the neutral scale the proposal is what the goodput
     controller proposes for the same state sequence; the scales move its global batch."""
-    from dynamix_hvd.agent.actions import GoodputAnchor
+    from dynamix_hvd.controllers.policy.actions import GoodputAnchor
     bounds = PlanBounds(max_batch=(256,) * 3, min_global_batch=24)
     alpha, beta = np.array([0.010, 0.010, 0.004]), np.array([1e-3, 4e-3, 2e-3])
     anchor, ctl = GoodputAnchor(bounds, 32), make_controller("goodput", bounds, 32)
@@ -105,7 +105,7 @@ def test_goodput_anchor_zero_action_is_the_goodput_controllers_plan():
 def test_goodput_anchor_scale_does_not_compound():
     """A policy that picks the 0.8 scale at every decision runs at 0.8x the model's global batch;
     it does not ratchet the batch down (0.8^k) through the model's switching threshold."""
-    from dynamix_hvd.agent.actions import GoodputAnchor
+    from dynamix_hvd.controllers.policy.actions import GoodputAnchor
     bounds = PlanBounds(max_batch=(256,) * 3, min_global_batch=8)
     alpha, beta = np.array([0.010, 0.010, 0.004]), np.array([1e-3, 4e-3, 2e-3])
     anchor, cfg = GoodputAnchor(bounds, 32), ActionConfig(anchor="goodput")
@@ -144,7 +144,7 @@ def test_ppo_controller_applies_to_any_n(tiny_policy, n):
 
 def test_numpy_actor_matches_torch_and_follows_weight_updates():
     import torch
-    from dynamix_hvd.agent.policy import RowNet
+    from dynamix_hvd.controllers.policy.net import RowNet
     torch.manual_seed(0)
     net = RowNet(n_features=29, n_rows=8, n_levels=5, n_global=3, hidden=16)
     rng = np.random.default_rng(0)
@@ -202,7 +202,7 @@ def test_wrong_observation_shape_is_a_clear_error(tiny_policy):
 
 
 def test_shipped_default_policy_loads_if_present():
-    from dynamix_hvd.agent.policies import DEFAULT_POLICY
+    from dynamix_hvd.controllers.policy import DEFAULT_POLICY
     if not DEFAULT_POLICY.is_file():
         pytest.skip("shipped policy not built yet")
     ctl = make_controller("ppo", PlanBounds(max_batch=(256,) * 4), 32)

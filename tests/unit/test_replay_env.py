@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from dynamix_hvd.agent.actions import ActionConfig
+from dynamix_hvd.controllers.policy.actions import ActionConfig
 from dynamix_hvd.agent.curriculum import WorldPool
-from dynamix_hvd.agent.history import N_HISTORY, WorkerHistory
+from dynamix_hvd.controllers.policy.history import N_HISTORY, WorkerHistory
 from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
 from dynamix_hvd.agent.replay_eval import summarise
 from dynamix_hvd.replay.worlds import (Perturbation, WorldSpec, build_sim, draw_spec, perturb_progress,
@@ -72,8 +72,8 @@ def test_deterministic_per_seed_and_return_is_time_vs_goodput():
 def _untrained_policy(tmp_path, cfg: ReplayEnvConfig, seed: int = 0, hidden: int = 16, noop_bias: float = 0.0):
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
-    from dynamix_hvd.agent.policy import SharedRowPolicy
-    from dynamix_hvd.agent.policy_io import load_policy
+    from dynamix_hvd.controllers.policy.net import SharedRowPolicy
+    from dynamix_hvd.controllers.policy.io import load_policy
     env = DummyVecEnv([lambda: ReplayEnv(cfg, pool_seed=seed)])
     model = PPO(SharedRowPolicy, env, seed=seed, n_steps=8, batch_size=8, device="cpu",
                 policy_kwargs=dict(hidden=hidden, dynamix_config=cfg.to_dict(), noop_bias=noop_bias))
@@ -137,7 +137,7 @@ def test_worlds_perturbations():
 def test_training_smoke_learns_and_runs_live(tmp_path):
     """A few PPO updates in the replay world; the saved file loads into the live controller and
     its weights moved (a broken gradient path or a wrong dynamix_config fails here)."""
-    from dynamix_hvd.agent.policy_io import load_policy
+    from dynamix_hvd.controllers.policy.io import load_policy
     from dynamix_hvd.agent.replay_train import train_replay
     from dynamix_hvd.replay.runner import run_controller
     cfg = ReplayEnvConfig(workloads=("cifar10",), traces=("none",), n_range=(2, 3), n_max=4, perturb_prob=0.0,

@@ -73,6 +73,12 @@ class ActionConfig:
                             tuple(d.get("global_scales", (0.8, 1.0, 1.25))), str(d.get("anchor", "current")))
 
 
+def global_action_feature(index: int, config: ActionConfig) -> float:
+    """The observation feature of the last global-scale action: -1 .. 1, 0 = keep the global batch."""
+    span = max(1, len(config.global_scales) - 1)
+    return (index - config.noop_global) / span
+
+
 class BalancedAnchor:
     """The split of a global batch that equalises every rank's fitted compute time.
 

@@ -13,7 +13,7 @@ its ``data`` member, so it is never called here. Instead (``read_policy_file``):
   hyper-parameters. The ``:serialized:`` fields are never decoded; they are only *read* as pickle
   opcodes (``pickletools.genops``, which executes nothing), and a file is refused unless every
   global they name is one of the data classes SB3 writes there (``SB3_DATA_GLOBALS``) and
-  ``policy_class`` names ``dynamix_hvd.agent.policy.SharedRowPolicy``. So a zip that would run
+  ``policy_class`` names ``SharedRowPolicy`` (``POLICY_CLASSES``: where it is or was defined). So a zip that would run
   code when opened with ``PPO.load`` is refused here too;
 * ``SharedRowPolicy`` is rebuilt from that JSON configuration and the weights loaded into it.
 
@@ -41,11 +41,13 @@ class PolicyLoadError(RuntimeError):
     """The policy file is missing, corrupt, not plain data or does not match the observation."""
 
 
-POLICY_CLASS = ("dynamix_hvd.agent.policy", "SharedRowPolicy")
+# where SharedRowPolicy is defined, as a policy file names it: files written since session 10 name
+# controllers/policy/net.py, older ones (the shipped policies) agent/policy.py, where it lived before
+POLICY_CLASSES = (("dynamix_hvd.controllers.policy.net", "SharedRowPolicy"), ("dynamix_hvd.agent.policy", "SharedRowPolicy"))
 # every global the ":serialized:" fields of a dynamix SB3 zip name (numpy arrays and scalars,
 # gymnasium spaces and their generator, SB3's schedules, buffer class, episode deque); none runs code
 SB3_DATA_GLOBALS = frozenset({
-    POLICY_CLASS, ("collections", "deque"),
+    *POLICY_CLASSES, ("collections", "deque"),
     *((m, n) for m in ("numpy._core.numeric", "numpy.core.numeric") for n in ("_frombuffer",)),
     *((m, n) for m in ("numpy._core.multiarray", "numpy.core.multiarray") for n in ("_reconstruct", "scalar")),
     ("numpy", "dtype"), ("numpy", "ndarray"),
@@ -65,7 +67,7 @@ HYPER = ("gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm", "normali
 
 
 def default_policy_path() -> Path:
-    from dynamix_hvd.agent.policies import DEFAULT_POLICY
+    from dynamix_hvd.controllers.policy import DEFAULT_POLICY
     return DEFAULT_POLICY
 
 
@@ -142,10 +144,10 @@ def _check_serialized(data: dict[str, Any], p: Path) -> None:
             raise PolicyLoadError(f"policy file {p} refused: data field {key!r} holds a pickle naming {what}, "
                                   "which is not data a dynamix policy zip contains (it would run code if "
                                   "unpickled; dynamix_hvd never unpickles policy files)")
-        if key == "policy_class" and found != [POLICY_CLASS]:
+        if key == "policy_class" and (len(found) != 1 or found[0] not in POLICY_CLASSES):
             names = [".".join(g) for g in found if g is not None]
             raise PolicyLoadError(f"policy file {p} holds a {', '.join(names) or 'unknown'} policy, not a DYNAMIX "
-                                  f"{'.'.join(POLICY_CLASS)}")
+                                  f"{'.'.join(POLICY_CLASSES[0])}")
 
 
 def _ints(text: Any, what: str, p: Path) -> tuple[int, ...]:
@@ -190,7 +192,7 @@ def read_policy_file(path: str | os.PathLike, is_default: bool = False) -> Polic
         raise PolicyLoadError(f"policy file {p} is not a readable zip ({exc})") from exc
     if not isinstance(weights, dict) or not all(isinstance(v, th.Tensor) for v in weights.values()):
         raise PolicyLoadError(f"policy file {p}: policy.pth is not a state dict of tensors")
-    if data.get("policy_class", {}).get("__module__") != POLICY_CLASS[0]:
+    if data.get("policy_class", {}).get("__module__") not in {m for m, _ in POLICY_CLASSES}:
         raise PolicyLoadError(f"policy file {p} holds a policy of module "
                               f"{data.get('policy_class', {}).get('__module__')!r}, not a DYNAMIX SharedRowPolicy")
     kwargs = data.get("policy_kwargs")
@@ -214,7 +216,7 @@ def policy_spaces(n_rows: int, n_features: int, n_levels: int, n_global: int) ->
     """The observation and action spaces of a SharedRowPolicy for ``n_rows`` rows."""
     import gymnasium as gym
     import numpy as np
-    from dynamix_hvd.agent.env import OBS_LIMIT
+    from dynamix_hvd.controllers.policy.net import OBS_LIMIT
     obs = gym.spaces.Box(-OBS_LIMIT, OBS_LIMIT, shape=(n_rows, n_features), dtype=np.float32)
     act = gym.spaces.MultiDiscrete([n_levels] * n_rows + [n_global])
     return obs, act
@@ -224,7 +226,7 @@ def build_policy(pf: PolicyFile) -> Any:
     """A ``SharedRowPolicy`` rebuilt from the file's JSON configuration, holding its weights
     (inference mode)."""
     from stable_baselines3.common.utils import ConstantSchedule
-    from dynamix_hvd.agent.policy import SharedRowPolicy
+    from dynamix_hvd.controllers.policy.net import SharedRowPolicy
     obs, act = policy_spaces(pf.n_rows, pf.n_features, pf.nvec[0], pf.nvec[-1])
     try:
         policy = SharedRowPolicy(obs, act, ConstantSchedule(0.0), **pf.policy_kwargs)

@@ -25,6 +25,8 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 from torch.distributions import Categorical
 
+OBS_LIMIT = 5.0    # observations are clipped to [-OBS_LIMIT, OBS_LIMIT] before the network (training and live)
+
 PAD_LOGIT = -30.0
 
 
@@ -176,7 +178,7 @@ class SharedRowPolicy(ActorCriticPolicy):
         # explores around it (default 2.0: p(no change) ~ 0.65 per row) instead of starting as a
         # uniformly random perturbation of it; with anchor "current" it stays 0 (as first shipped).
         if noop_bias is None:
-            from dynamix_hvd.agent.actions import ActionConfig
+            from dynamix_hvd.controllers.policy.actions import ActionConfig
             anchored = ActionConfig.from_dict(self.dynamix_config.get("action", {})).anchor != "current"
             noop_bias = 2.0 if anchored else 0.0
         self.noop_bias = float(noop_bias)
