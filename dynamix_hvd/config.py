@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from dynamix_hvd.lr import RULES as LR_RULES
 
 CONTROLLERS = ("static", "oracle", "proportional", "goodput", "random", "ppo")
+CHECKPOINT_ON_ERROR = ("stop", "continue")
 
 
 class ConfigError(ValueError):
@@ -51,6 +52,9 @@ class DynamixConfig:
     collector_period_ms: int = 100
     run_dir: str | None = None           # events.jsonl (+ TensorBoard) written here by rank 0
     checkpoint_every: int = 0            # steps between automatic checkpoints (0 = off)
+    checkpoint_on_error: str = "stop"    # a checkpoint write fails (full disk, quota, I/O): "stop" raises
+                                         # CheckpointWriteError on every rank, "continue" warns on rank 0 and
+                                         # trains on (the next checkpoint retries); the previous file stays intact
     fallback_controller: str = "proportional"  # used when the controller fails or the guard fires
     guard_drop: float = 0.10             # goodput drop that counts as bad after a learned decision
     guard_patience: int = 2              # bad intervals in a row before falling back
@@ -115,6 +119,7 @@ class DynamixConfig:
              "an integer >= 1 (milliseconds)")
         need(self.run_dir is None or isinstance(self.run_dir, str), "run_dir", "None or a directory path")
         need(is_int(self.checkpoint_every) and self.checkpoint_every >= 0, "checkpoint_every", "an integer >= 0")
+        need(self.checkpoint_on_error in CHECKPOINT_ON_ERROR, "checkpoint_on_error", f"one of {CHECKPOINT_ON_ERROR}")
         need(self.fallback_controller in CONTROLLERS, "fallback_controller", f"one of {CONTROLLERS}")
         need(isinstance(self.guard_drop, (int, float)) and 0 < self.guard_drop < 1, "guard_drop", "a number in (0, 1)")
         need(is_int(self.guard_patience) and self.guard_patience >= 1, "guard_patience", "an integer >= 1")

@@ -126,8 +126,8 @@ def hook_state(dyn: Any) -> dict[str, Any]:
         "sampler": dyn.sampler.state_dict(dyn.local.consumed),
         "noise": dyn.local.gns.estimator.state_dict(),
         "loss_trend": (d.loss_trend if d else Trend()).state_dict(),
-        "var_trend": (d.var_trend if d else Trend()).state_dict(), "lr_factor": dyn.lr.factor,
-        "max_batch": list(dyn.bounds.max_batch),
+        "var_trend": (d.var_trend if d else Trend()).state_dict(), "lr_factor": float(dyn.lr.factor),
+        "max_batch": [int(b) for b in dyn.bounds.max_batch],
         "controller": d.state_dict() if d is not None else None,
     }
 
@@ -218,12 +218,40 @@ class DeprecatedLoop:
 
 
 def save(path: str | os.PathLike[str], rank: int, payload_fn: Callable[[], dict[str, Any]],
-         flush: Callable[[], None], barrier: Callable[[], None]) -> None:
-    """Rank 0 writes the payload atomically (temporary name, fsync, rename); collective."""
+         flush: Callable[[], None], barrier: Callable[[], None], hook: Any = None) -> bool:
+    """Rank 0 writes the payload atomically (temporary name, fsync, rename); collective.
+
+    With ``hook`` (the ``Dynamix`` instance: its ``comm``, ``config.checkpoint_on_error``, ``log``
+    and ``step_count``) rank 0 broadcasts the outcome instead of a plain barrier, so a failed write
+    (full disk, quota, I/O error; the previous checkpoint stays intact) is handled alike on every
+    rank: ``"stop"`` raises ``CheckpointWriteError`` everywhere (the job ends cleanly, no rank left
+    waiting), ``"continue"`` warns on rank 0, logs a ``checkpoint_error`` event and returns False
+    (the next checkpoint retries). Returns True when the checkpoint was written."""
+    if hook is None:
+        if rank == 0:
+            ckpt.save(path, payload_fn())
+            flush()        # the run log is complete up to the checkpoint
+        barrier()
+        return True
+    err: str | None = None
     if rank == 0:
-        ckpt.save(path, payload_fn())
-        flush()            # the run log is complete up to the checkpoint
-    barrier()
+        try:
+            ckpt.save(path, payload_fn())
+        except ckpt.CheckpointWriteError as exc:
+            err = str(exc)
+        else:
+            flush()
+    err = hook.comm.bcast_object(err)      # also the barrier: the file is complete when this returns
+    if err is None:
+        return True
+    if hook.config.checkpoint_on_error != "continue":
+        raise ckpt.CheckpointWriteError(f"{err} (rank {rank} stops: checkpoint_on_error='stop'; set it to "
+                                        "'continue' to train on without this checkpoint)")
+    if rank == 0:
+        warnings.warn(f"dynamix: {err}; training goes on (checkpoint_on_error='continue'), the next "
+                      "checkpoint retries", RuntimeWarning, stacklevel=3)
+        hook.log.event({"step": int(hook.step_count), "checkpoint_error": {"path": str(path), "error": err}})
+    return False
 
 
 def load(path: str | os.PathLike[str], rank: int, bcast_object: Callable[[Any], Any]) -> dict[str, Any]:

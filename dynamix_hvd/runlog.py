@@ -5,7 +5,8 @@ Files of a run directory (JSON lines unless said):
 
 - ``events.jsonl`` (rank 0, written by ``EventsWriter`` from ``observe.RunLogger``'s thread): one
   ``DecisionRecord`` per decision, and one ``EventRecord`` per event (``{"step", KIND: detail}``
-  with KIND ``fallback`` (a controller could not be built), ``oom`` or ``world_change``);
+  with KIND ``fallback`` (a controller could not be built), ``oom``, ``world_change`` or
+  ``checkpoint_error`` (a checkpoint write failed and ``checkpoint_on_error='continue'``));
 - ``rank<R>.jsonl`` (the bench worker, one ``StepRecord`` per step), ``evals.jsonl`` (the bench
   worker, one ``EvalRecord`` per evaluation) and ``summary.json`` (one JSON object, ``RunSummary``).
 
@@ -26,7 +27,7 @@ import numpy as np
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.records import GlobalStats, WorkerStats
 
-EVENT_KINDS = ("fallback", "oom", "world_change")
+EVENT_KINDS = ("fallback", "oom", "world_change", "checkpoint_error")
 T = TypeVar("T")
 
 
