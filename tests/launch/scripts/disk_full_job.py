@@ -3,7 +3,7 @@
 ``--fill-at`` rank 0 fills that file system to the last byte (another writer filling the disk);
 at step ``--free-at`` it deletes the filler again. After every checkpoint call rank 0 prints
 whether it was written and which step the checkpoint on disk holds (read back with
-``checkpoint.load``, weights_only).
+``checkpoint.load``, weights_only). Each checkpoint is 1 KiB larger than the previous one.
 
     mpirun -np 2 python tests/launch/scripts/disk_full_job.py --checkpoint /mnt/small/ck.pt \
         --every 10 --fill-at 20 --free-at 45 --on-error continue
@@ -71,7 +71,9 @@ def main() -> None:
             step = dyn.step_count
             if step % args.every == 0:
                 print(f"SAVING rank={hvd.rank()} step={step} at={time.time():.3f}", flush=True)
-                ok = dyn.save(args.checkpoint)
+                # the checkpoint grows by 1 KiB per step (as a model's state may): overwriting the
+                # previous file in place would not fit either, so only an atomic write keeps it
+                ok = dyn.save(args.checkpoint, pad=torch.zeros(256 * step))
                 if hvd.rank() == 0:
                     on_disk = ckpt.load(args.checkpoint)["dynamix"]["sampler"]["step"]
                     print(f"SAVE step={step} written={ok} on_disk_step={on_disk}", flush=True)
