@@ -11,6 +11,7 @@ whether it was written and which step the checkpoint on disk holds (read back wi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -49,6 +50,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--on-error", default="stop")
     p.add_argument("--run-dir", default=None)
+    p.add_argument("--report", default=None, help="rank 0 appends one JSON line per checkpoint call")
     args = p.parse_args()
 
     hvd.init()
@@ -77,6 +79,9 @@ def main() -> None:
                 if hvd.rank() == 0:
                     on_disk = ckpt.load(args.checkpoint)["dynamix"]["sampler"]["step"]
                     print(f"SAVE step={step} written={ok} on_disk_step={on_disk}", flush=True)
+                    if args.report:       # the same, for the test (stdout of two ranks may interleave)
+                        with open(args.report, "a") as f:
+                            f.write(json.dumps({"step": step, "written": ok, "on_disk_step": on_disk}) + "\n")
             if hvd.rank() == 0 and step == args.fill_at:
                 print(f"FILLED {fill(disk)} bytes; free now {os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize}",
                       flush=True)
