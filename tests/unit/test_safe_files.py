@@ -161,11 +161,17 @@ def _crafted(tmp_path: Path, marker: Path) -> dict[str, Path]:
         "policy_class", {":type:": "<class 'abc.ABCMeta'>", ":serialized:": base64.b64encode(foreign).decode(),
                          "__module__": "torch.nn.modules.module"})})
     files["extra_member"] = _zip_with(tmp_path, "x.zip", {"payload.pkl": evil})
+    import warnings
+    from stable_baselines3 import PPO
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        PPO("MlpPolicy", "CartPole-v1", device="cpu", n_steps=8, batch_size=8).save(tmp_path / "mlp.zip")
+    files["sb3_mlp"] = tmp_path / "mlp.zip"        # a real SB3 zip of another policy class
     return files
 
 
 KINDS = ["raw_pickle", "weights", "optimizer", "data_pickled", "data_field", "policy_class", "foreign_class",
-         "extra_member"]
+         "extra_member", "sb3_mlp"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -200,7 +206,8 @@ def test_refusals_say_why(tmp_path, marker):
            "data_field": r"data field 'clip_range' holds a pickle naming posix.system",
            "policy_class": r"data field 'policy_class' holds a pickle naming posix.system",
            "foreign_class": r"torch.nn.modules.module.Module",
-           "extra_member": r"unexpected members \['payload.pkl'\]"}
+           "extra_member": r"unexpected members \['payload.pkl'\]",
+           "sb3_mlp": r"holds a stable_baselines3.common.policies.ActorCriticPolicy policy, not a DYNAMIX"}
     for kind, pattern in why.items():
         with pytest.raises(PolicyLoadError, match=pattern):
             read_policy_file(f[kind])

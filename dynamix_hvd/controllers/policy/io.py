@@ -150,6 +150,22 @@ def _check_serialized(data: dict[str, Any], p: Path) -> None:
                                   f"{'.'.join(POLICY_CLASSES[0])}")
 
 
+def _check_policy_class(data: dict[str, Any], p: Path) -> None:
+    """A policy of another class (e.g. SB3's MlpPolicy) is named as such, from the plain
+    ``__module__`` field and the class reference in the opcodes (nothing unpickled)."""
+    pc = data.get("policy_class")
+    mod = pc.get("__module__") if isinstance(pc, dict) else None
+    if mod in {m for m, _ in POLICY_CLASSES}:
+        return
+    try:
+        found = pickle_globals(base64.b64decode(pc[":serialized:"], validate=True))
+    except Exception:  # noqa: BLE001 - no class reference to name
+        found = []
+    name = ".".join(found[0]) if len(found) == 1 and found[0] is not None else f"module {mod!r}"
+    raise PolicyLoadError(f"policy file {p} holds a {name} policy, not a DYNAMIX SharedRowPolicy "
+                          f"({'.'.join(POLICY_CLASSES[0])}); train one with `dynamix train-policy`")
+
+
 def _ints(text: Any, what: str, p: Path) -> tuple[int, ...]:
     if isinstance(text, list) and all(isinstance(x, int) for x in text):
         return tuple(text)
@@ -183,6 +199,7 @@ def read_policy_file(path: str | os.PathLike, is_default: bool = False) -> Polic
                 raise PolicyLoadError(f"policy file {p} refused: its 'data' member is not JSON ({exc})") from exc
             if not isinstance(data, dict):
                 raise PolicyLoadError(f"policy file {p}: 'data' is a JSON {type(data).__name__}, not an object")
+            _check_policy_class(data, p)
             _check_serialized(data, p)
             weights = _load_tensors(z, "policy.pth", p)
             optimizer = _load_tensors(z, "policy.optimizer.pth", p) if "policy.optimizer.pth" in names else None
@@ -192,9 +209,6 @@ def read_policy_file(path: str | os.PathLike, is_default: bool = False) -> Polic
         raise PolicyLoadError(f"policy file {p} is not a readable zip ({exc})") from exc
     if not isinstance(weights, dict) or not all(isinstance(v, th.Tensor) for v in weights.values()):
         raise PolicyLoadError(f"policy file {p}: policy.pth is not a state dict of tensors")
-    if data.get("policy_class", {}).get("__module__") not in {m for m, _ in POLICY_CLASSES}:
-        raise PolicyLoadError(f"policy file {p} holds a policy of module "
-                              f"{data.get('policy_class', {}).get('__module__')!r}, not a DYNAMIX SharedRowPolicy")
     kwargs = data.get("policy_kwargs")
     if not isinstance(kwargs, dict) or not isinstance(kwargs.get("dynamix_config"), dict) or set(kwargs) - POLICY_KWARGS:
         raise PolicyLoadError(f"policy file {p}: policy_kwargs {sorted(kwargs) if isinstance(kwargs, dict) else kwargs!r}"
