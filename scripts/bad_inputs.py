@@ -74,11 +74,106 @@ def cases() -> list[tuple[str, Callable[[], object]]]:
         ("scenario file with broken TOML", lambda: load_scenario(f("s.toml", "name = "))),
         ("PPO policy file that does not exist", lambda: make_controller("ppo", b2, 8, policy=str(TMP / "p.zip"))),
         ("PPO policy file that is not a zip", lambda: make_controller("ppo", b2, 8, policy=str(f("p.zip", b"junk")))),
+        *unsafe_file_cases(b2),
+    ]
+
+
+class _Payload:
+    """Unpickling this would run ``touch`` (os.system): what a tampered file carries."""
+
+    def __reduce__(self):
+        import os
+        return (os.system, (f"touch {TMP / 'PWNED'}",))
+
+
+def _torch_bytes(obj: object) -> bytes:
+    import io
+
+    import torch
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _policy_zip(name: str, replace: dict[str, bytes]) -> Path:
+    """The shipped default policy zip with some members replaced."""
+    import zipfile
+
+    from dynamix_hvd.controllers.policy.io import default_policy_path
+    out = TMP / name
+    with zipfile.ZipFile(default_policy_path()) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.namelist():
+            dst.writestr(item, replace.get(item, src.read(item)))
+    return out
+
+
+def _data_field_payload() -> bytes:
+    import base64
+    import json
+    import pickle
+    import zipfile
+
+    from dynamix_hvd.controllers.policy.io import default_policy_path
+    with zipfile.ZipFile(default_policy_path()) as z:
+        data = json.loads(z.read("data"))
+    data["clip_range"] = {":serialized:": base64.b64encode(pickle.dumps(_Payload())).decode()}
+    return json.dumps(data).encode()
+
+
+def _sb3_mlp_zip() -> Path:
+    import warnings
+
+    from stable_baselines3 import PPO
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        PPO("MlpPolicy", "CartPole-v1", device="cpu", n_steps=8, batch_size=8).save(TMP / "mlp.zip")
+    return TMP / "mlp.zip"
+
+
+def _full_disk_checkpoint() -> None:
+    """A checkpoint written to a 64 KiB tmpfs (mounted here; needs root)."""
+    import os
+    import subprocess
+
+    import torch
+
+    from dynamix_hvd import checkpoint
+    disk = TMP / "small"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        raise RuntimeError("not run: mounting a small tmpfs needs root")
+    try:
+        checkpoint.save(disk / "ck.pt", {"dynamix": {}, "model": {"w": torch.zeros(16384)}})   # 64 KiB of weights
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def unsafe_file_cases(b2: object) -> list[tuple[str, Callable[[], object]]]:
+    """Files that would run code if unpickled, from before plain-data checkpoints, of another
+    policy class; a full disk during a checkpoint (issue 23)."""
+    import numpy as np
+
+    from dynamix_hvd import checkpoint
+    from dynamix_hvd.controllers import make_controller
+    return [
+        ("checkpoint carrying a pickle payload (tampered)",
+         lambda: checkpoint.load(f("evil.pt", _torch_bytes({"dynamix": _Payload()})))),
+        ("checkpoint needing pickle (numpy scalar: written before plain-data checkpoints)",
+         lambda: checkpoint.load(f("old.pt", _torch_bytes({"dynamix": {"lr_factor": np.float64(1.0)}})))),
+        ("PPO policy zip with a pickle payload in `policy.pth`", lambda: make_controller(
+            "ppo", b2, 8, policy=str(_policy_zip("w.zip", {"policy.pth": _torch_bytes({"w": _Payload()})})))),
+        ("PPO policy zip with a pickle payload in a `data` field", lambda: make_controller(
+            "ppo", b2, 8, policy=str(_policy_zip("d.zip", {"data": _data_field_payload()})))),
+        ("PPO policy zip of another policy class (SB3 `MlpPolicy`)",
+         lambda: make_controller("ppo", b2, 8, policy=str(_sb3_mlp_zip()))),
+        ("disk full while writing a checkpoint (64 KiB tmpfs)", _full_disk_checkpoint),
     ]
 
 
 def main() -> None:
     rows = cases()
+    marker = TMP / "PWNED"
     print("| # | bad input | what it produced |")
     print("|---|---|---|")
     for i, (what, fn) in enumerate(rows, 1):
@@ -91,6 +186,8 @@ def main() -> None:
                 msg = msg[:177] + "..."
             out = f"`{type(exc).__name__}`: {msg}"
         print(f"| {i} | {what} | {out} |")
+    if marker.exists():
+        raise SystemExit(f"a loader ran a pickle payload: {marker} was created")
 
 
 if __name__ == "__main__":
