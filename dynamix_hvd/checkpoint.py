@@ -71,6 +71,21 @@ def check_plain(obj: Any, where: str = "checkpoint") -> None:
                               "hold tensors and plain data only (dict, list, tuple, str, int, float, bool, None)")
 
 
+def to_plain(obj: Any) -> Any:
+    """``obj`` with what ``check_plain`` refuses made plain: numpy scalars and arrays become
+    numbers and lists, anything else not plain (a ``Path``, an enum) its ``str``. For records that
+    are only informative in a checkpoint (the job's configuration)."""
+    if isinstance(obj, torch.Tensor) or type(obj) in PLAIN_SCALARS:
+        return obj
+    if isinstance(obj, dict):
+        return {k if type(k) in (str, int) else str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if hasattr(obj, "tolist") and callable(obj.tolist):          # numpy scalar / array
+        return to_plain(obj.tolist())
+    return str(obj)
+
+
 def _short(x: Any, n: int = 60) -> str:
     r = repr(x)
     return r if len(r) <= n else r[: n - 3] + "..."

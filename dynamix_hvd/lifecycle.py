@@ -122,7 +122,7 @@ def hook_state(dyn: Any) -> dict[str, Any]:
     """The hook's part of a checkpoint (``Dynamix.state_dict()``)."""
     d = dyn._decider
     return {
-        "version": 1, "world_size": dyn.world, "config": dyn.config.to_dict(),
+        "version": 1, "world_size": dyn.world, "config": ckpt.to_plain(dyn.config.to_dict()),   # a record only
         "sampler": dyn.sampler.state_dict(dyn.local.consumed),
         "noise": dyn.local.gns.estimator.state_dict(),
         "loss_trend": (d.loss_trend if d else Trend()).state_dict(),
@@ -233,17 +233,20 @@ def save(path: str | os.PathLike[str], rank: int, payload_fn: Callable[[], dict[
             flush()        # the run log is complete up to the checkpoint
         barrier()
         return True
-    err: str | None = None
+    err: tuple[str, bool] | None = None
     if rank == 0:
         try:
             ckpt.save(path, payload_fn())
-        except ckpt.CheckpointWriteError as exc:
-            err = str(exc)
+        except ckpt.CheckpointError as exc:    # not written (disk) or not plain data (a producer's bug)
+            err = (str(exc), isinstance(exc, ckpt.CheckpointWriteError))
         else:
             flush()
-    err = hook.comm.bcast_object(err)      # also the barrier: the file is complete when this returns
-    if err is None:
+    got = hook.comm.bcast_object(err)      # also the barrier: the file is complete when this returns
+    if got is None:
         return True
+    err, is_write = got
+    if not is_write:
+        raise ckpt.CheckpointError(f"{err} (raised on rank {rank}: no checkpoint was written)")
     if hook.config.checkpoint_on_error != "continue":
         raise ckpt.CheckpointWriteError(f"{err} (rank {rank} stops: checkpoint_on_error='stop'; set it to "
                                         "'continue' to train on without this checkpoint)")

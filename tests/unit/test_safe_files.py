@@ -248,3 +248,13 @@ def test_fine_tuned_zip_written_here_loads_through_the_safe_path(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ft.zip"]          # written via a temporary name
     shutil.copy(out, tmp_path / "copy.zip")
     FineTuner(tmp_path / "copy.zip", 4, steps=4)
+
+
+def test_config_record_in_a_checkpoint_is_made_plain():
+    """The job's configuration is stored as a record: a Path or numpy value a user passed in
+    controller_kwargs becomes plain data instead of failing the save."""
+    from dynamix_hvd.config import DynamixConfig
+    d = ckpt.to_plain(DynamixConfig(controller="ppo", max_batch=(64, 64), controller_kwargs={
+        "policy": Path("/x/p.zip"), "scale": np.float64(2.0)}).to_dict())
+    ckpt.check_plain(d)
+    assert d["controller_kwargs"] == {"policy": "/x/p.zip", "scale": 2.0} and d["max_batch"] == [64, 64]
