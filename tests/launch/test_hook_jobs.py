@@ -57,7 +57,7 @@ def test_kill_mid_epoch_and_resume_exactly_once(have_mpirun, tmp_path):
     assert first.returncode != 0, "rank 1 was SIGKILLed: the job must end with an error, not succeed"
     assert ck.exists()
     import torch
-    resumed_at = torch.load(ck, weights_only=False)["dynamix"]["sampler"]["step"]
+    resumed_at = torch.load(ck, weights_only=True)["dynamix"]["sampler"]["step"]
     assert resumed_at == 40
     run([*MPIRUN, "-np", str(world), sys.executable, "-m", "mpi4py", JOB, *common,
          "--seen-log", str(tmp_path / "run2")], timeout=240)
