@@ -85,7 +85,7 @@ def summarise(cells: list[dict[str, Any]], label: str) -> dict[str, Any]:
 
 def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[int], seeds: Sequence[int],
              policies: dict[str, str], loo: dict[str, str], jobs: int = 1, cache_path: str | None = None,
-             verbose: bool = True) -> dict[str, Any]:
+             verbose: bool = True, baselines: bool = True) -> dict[str, Any]:
     cache: dict[str, float | None] = {}
     if cache_path and Path(cache_path).is_file():
         cache = json.loads(Path(cache_path).read_text())
@@ -115,7 +115,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
             for n in workers:
                 for lb in labels:
                     nm = name_for(lb, wl)
-                    if nm is None:
+                    if nm is None or (not baselines and lb in BASELINES):
                         continue
                     todo = tuple(s for s in seeds if key(wl, tr, n, s, lb) not in cache)
                     if todo:
@@ -130,9 +130,16 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
             for (task, keys), res in zip(tasks, pool.imap(_run_task, [t[0] for t in tasks])):
                 for k, (_, v) in zip(keys, res):
                     cache[k] = v
-        if cache_path:
-            Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
-            Path(cache_path).write_text(json.dumps(cache))
+        if cache_path:   # merge with what other evaluations wrote meanwhile, then replace atomically
+            cp = Path(cache_path)
+            cp.parent.mkdir(parents=True, exist_ok=True)
+            merged = json.loads(cp.read_text()) if cp.is_file() else {}
+            merged.update(cache)
+            tmp = cp.with_suffix(f".tmp{id(cache)}")
+            tmp.write_text(json.dumps(merged))
+            tmp.replace(cp)
+    if not baselines:      # episodes cached only; the table comes from a run with the baselines
+        return {"cells": [], "summary": {}, "seeds": list(seeds), "wall_s": round(time.perf_counter() - t0, 1)}
     cells = []
     for wl in workloads:
         for tr in traces:
@@ -198,6 +205,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=2, help="worker processes (run under nice -n 15)")
     p.add_argument("--cache", default="runs/replay_eval_cache.json", help="episode cache ('' = none)")
     p.add_argument("--out", default="", help="result JSON")
+    p.add_argument("--policies-only", action="store_true",
+                   help="run and cache the policies' episodes only (no baselines, no table)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -212,7 +221,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     res = evaluate([w for w in args.workloads.split(",") if w], [t for t in args.traces.split(",") if t], workers,
-                   seeds, policies, loo, args.jobs, args.cache or None)
+                   seeds, policies, loo, args.jobs, args.cache or None, baselines=not args.policies_only)
+    if args.policies_only:
+        print(f"cached the policies' episodes in {args.cache} ({res['wall_s']:.0f} s)")
+        return 0
     print(format_table(res))
     print(f"\n{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}), {res['wall_s']:.0f} s")
     if args.out:
