@@ -131,6 +131,12 @@ class Dynamix(DynamixCore):
             ws.allreduce_bytes = times.bytes_per_step()
         times.reset()
 
+    @property
+    def compute_end(self) -> float:
+        """``time.perf_counter()`` when this rank's last gradient bucket of the step was ready:
+        its own compute ended there; the rest of ``loss.backward()`` waited for the other ranks."""
+        return self._hook.t_last
+
     def _rehook(self) -> None:
         """After a resized checkpoint: the hook already serves this process's world."""
 

@@ -39,6 +39,7 @@ from dynamix_hvd.emulate.targets import final_accuracy, format_targets, targets_
 
 DEFAULT_CONTROLLERS = "static,oracle,proportional,goodput"
 STARTUP_GRACE_S = 150.0   # mpirun + imports + data on a loaded 2-core host
+LAUNCH_LOG = {"horovod": "mpirun.log", "ddp": "torchrun.log"}   # engine -> the launcher's output file
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=1,
                    help="run the controller list this many times, interleaved; report medians")
     p.add_argument("--python", default=sys.executable, help="interpreter for the ranks")
+    p.add_argument("--engine", choices=tuple(LAUNCH_LOG), default="horovod",
+                   help="horovod: Horovod workers under mpirun; ddp: DistributedDataParallel workers, one torchrun per rank")
 
 
 # ---- metrics from one run directory ------------------------------------------------------
@@ -110,8 +113,9 @@ def _kill_group(p: subprocess.Popen) -> None:
 
 
 def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, use_netns: bool,
-            until: str, python: str, log: Any = print) -> tuple[int, str]:
-    """One mpirun of the worker; returns (exit code, the command line)."""
+            until: str, python: str, log: Any = print, engine: str = "horovod") -> tuple[int, str]:
+    """One job of the worker (mpirun, or one torchrun per rank for the ddp engine); returns
+    (exit code, the command line)."""
     from dynamix_hvd.emulate.netns import Cluster, mpmd_command, netem_available
     from dynamix_hvd.emulate.worker import LINK_ENV
 
@@ -133,18 +137,25 @@ def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, u
         log(f"  warning: {exc}; allreduce timings will be missing")
     worker = [python, "-m", "dynamix_hvd.emulate.worker", "--scenario", str(scenario_file),
               "--controller", controller, "--run-dir", str(run_dir), "--max-time-s", str(sc.max_time_s),
-              "--until", until]
+              "--until", until, "--engine", engine]
     netem = use_netns and netem_available()
     if not netem:
         worker.append("--emulate-latency")
     timeout = sc.max_time_s * 2.5 + STARTUP_GRACE_S
     cluster = Cluster([(w.bandwidth_mbit, w.latency_ms) for w in sc.workers]) if use_netns else None
-    with open(run_dir / "mpirun.log", "w") as out:
+    with open(run_dir / LAUNCH_LOG[engine], "w") as out:
         if cluster is not None:
             cluster.__enter__()
         try:
             if cluster is not None:
                 env.update({LINK_ENV.format(rank=r): lk.to_str() for r, lk in enumerate(cluster.links)})
+            if engine == "ddp":
+                from dynamix_hvd.emulate import torchrun
+
+                cmds = torchrun.node_commands(cluster, python, worker[2:], sc.world_size)
+                (run_dir / "command.txt").write_text("".join(" ".join(c) + "\n" for c in cmds))
+                rc = torchrun.run_nodes(cmds, torchrun.node_env(cluster, env), out, timeout, log)
+                return rc, " ".join(cmds[0])
             cmd, full_env = mpmd_command(cluster, [worker] * sc.world_size, env)
             (run_dir / "command.txt").write_text(" ".join(cmd) + "\n")
             p = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -201,7 +212,7 @@ def combine(ms: list[dict[str, Any]]) -> dict[str, Any]:
 
 def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = False,
           max_time_s: float | None = None, until: str = "budget", python: str = sys.executable,
-          log: Any = print, repeats: int = 1) -> dict[str, Any]:
+          log: Any = print, repeats: int = 1, engine: str = "horovod") -> dict[str, Any]:
     sc = override(load_scenario(scenario), max_time_s=max_time_s)
     out.mkdir(parents=True, exist_ok=True)
     scenario_file = out / "scenario.toml"
@@ -219,17 +230,18 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
                              "tbf (bandwidth; sch_netem missing, latency emulated in the worker)")
     else:
         net = f"network-free (loopback TCP, no link shaping): {why}"
-    log(f"dynamix bench: scenario {sc.name} ({sc.world_size} ranks, {sc.workload}, target "
+    log(f"dynamix bench: engine {engine}, scenario {sc.name} ({sc.world_size} ranks, {sc.workload}, target "
         f"{sc.target_accuracy}, budget {sc.max_time_s:.0f} s, until {until}); network: {net}")
     results: dict[str, Any] = {"scenario": sc.name, "target_accuracy": sc.target_accuracy, "controllers": {},
                                "network": net, "until": until, "max_time_s": sc.max_time_s,
-                               "world_size": sc.world_size, "workload": sc.workload, "repeats": repeats}
+                               "world_size": sc.world_size, "workload": sc.workload, "repeats": repeats,
+                               "engine": engine}
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in controllers}
     for rep in range(repeats):               # interleaved, so slow drifts of the host hit all alike
         for name in controllers:
             t0 = time.time()
             run_dir = out / (name if rep == 0 else f"{name}.r{rep}")
-            rc, cmd = run_one(sc, scenario_file, name, run_dir, use_netns, until, python, log)
+            rc, cmd = run_one(sc, scenario_file, name, run_dir, use_netns, until, python, log, engine)
             tag = name if repeats == 1 else f"{name} #{rep + 1}"
             if rc == 0 and (run_dir / "summary.json").exists():
                 m = run_metrics(run_dir)
@@ -239,9 +251,10 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
                     f"final acc {m['final_accuracy']:.3f}  {m['samples_per_s']:.0f} samples/s  "
                     f"balance {m['balance_efficiency']:.2f}  plan {m['final_plan']}  ({time.time() - t0:.0f} s wall)")
             else:
-                tail = (run_dir / "mpirun.log").read_text()[-1500:] if (run_dir / "mpirun.log").exists() else ""
+                launch_log = run_dir / LAUNCH_LOG[engine]
+                tail = launch_log.read_text()[-1500:] if launch_log.exists() else ""
                 runs[name].append({"error": f"exit code {rc}", "log_tail": tail})
-                log(f"  {tag}: FAILED (exit {rc}); see {run_dir / 'mpirun.log'}\n{tail}")
+                log(f"  {tag}: FAILED (exit {rc}); see {launch_log}\n{tail}")
             results["controllers"] = {n: combine(r) for n, r in runs.items() if r}
             results["accuracy_targets"] = targets_table(
                 {n: [read_evals(out / (n if k == 0 else f"{n}.r{k}") / "evals.jsonl") for k in range(len(r))]
@@ -286,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         results = bench(args.scenario, names, Path(args.out), args.no_netns, args.max_time_s, args.until,
-                        args.python, repeats=max(1, args.repeats))
+                        args.python, repeats=max(1, args.repeats), engine=args.engine)
     except ScenarioError as exc:
         print(f"dynamix bench: {exc}", file=sys.stderr)
         return 2

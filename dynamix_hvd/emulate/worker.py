@@ -3,6 +3,7 @@ workload with the dynamix hook, on an emulated device (and link, when run in a n
 
     mpirun ... python -m dynamix_hvd.emulate.worker --scenario S.toml --controller proportional \\
         --run-dir DIR [--link-env] [--emulate-latency]
+    torchrun ... -m dynamix_hvd.emulate.worker --engine ddp ...      (DistributedDataParallel, gloo)
 
 Writes into DIR:
     rank<r>.jsonl   one line per step: training time, step, batch, compute and step seconds
@@ -45,7 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--emulate-latency", action="store_true",
                    help="sleep the links' latency per allreduce (when tc netem is unavailable)")
     p.add_argument("--plain", action="store_true",
-                   help="no dynamix hook: plain Horovod with the scenario's static batches")
+                   help="no dynamix hook: plain Horovod (or DDP) with the scenario's static batches")
+    p.add_argument("--engine", choices=("horovod", "ddp"), default="horovod",
+                   help="horovod: Horovod under mpirun; ddp: DistributedDataParallel under torchrun (gloo)")
     return p.parse_args(argv)
 
 
@@ -96,17 +99,16 @@ def _make_controller(spec: ControllerSpec, cfg: object, world: int, device: Emul
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    import horovod.torch as hvd
-
-    hvd.init()
-    rank, world = hvd.rank(), hvd.size()
+    coll = Collectives(args.engine)
+    rank, world = coll.rank, coll.world
     sc = override(load_scenario(args.scenario), max_time_s=args.max_time_s)
     if sc.world_size != world:
         raise SystemExit(f"scenario {sc.name} has {sc.world_size} workers but the job has {world} ranks")
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
 
-    model, data = workloads.build(sc.workload, seed=sc.seed)
+    net, data = workloads.build(sc.workload, seed=sc.seed)
+    model = coll.wrap(net)           # DDP(net) for the ddp engine; evaluation uses net itself
     optimizer = torch.optim.Adam(model.parameters(), lr=sc.lr)
     clock = TrainingClock()
     link = None
@@ -116,10 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     device = EmulatedDevice(sc, rank, clock=clock, link=link, emulate_latency=args.emulate_latency)
 
     if args.plain:
-        loop = _PlainLoop(model, optimizer, len(data), sc, hvd, device)
+        loop = _PlainLoop(model, optimizer, len(data), sc, coll, device)
     else:
         from dynamix_hvd.config import DynamixConfig  # the hook; imported late so --plain works without it
-        from dynamix_hvd.horovod import Dynamix
+        if args.engine == "ddp":
+            from dynamix_hvd.ddp import Dynamix
+        else:
+            from dynamix_hvd.horovod import Dynamix  # type: ignore[assignment]
 
         # TensorBoard scalars are written by rank 0 once per decision (not per step): cheap
         spec = parse_controller(args.controller)
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     steps_log = open(run_dir / f"rank{rank}.jsonl", "w", buffering=1 << 16)  # noqa: SIM115
     evals_log = open(run_dir / "evals.jsonl", "w", buffering=1) if rank == 0 else None  # noqa: SIM115
     flag = torch.zeros(2)
-    hvd.allreduce(flag, name="dmx_start")    # everyone ready: start the clocks together
+    coll.barrier()                           # everyone ready: start the clocks together
     clock.restart()
     t_wall0 = time.perf_counter()
     step = samples = 0
@@ -162,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise
                 loop.report(oom=True)            # the hook skips the update everywhere and redoes the step
             t1 = time.perf_counter()
+            if getattr(loop, "compute_end", 0.0) > t0:   # DDP: backward also waited for the others
+                t1 = loop.compute_end
             loop.optimizer.step()                # the hook records the step and decides in here
             device.after_step()
             loop.report(loss=loss)
@@ -175,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 clock.pause()
                 t_now = clock()
                 if rank == 0:
-                    acc = workloads.accuracy(model, data.x_test, data.y_test)
+                    acc = workloads.accuracy(net, data.x_test, data.y_test)
                     if time_to_target is None and acc >= sc.target_accuracy:
                         time_to_target = t_now
                     done = t_now >= sc.max_time_s or (args.until == "target" and time_to_target is not None)
@@ -183,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                     evals_log.write(json.dumps({"t": round(t_now, 4), "step": step, "acc": acc,  # type: ignore[union-attr]
                                                 "samples": samples, "wall": round(time.perf_counter() - t_wall0, 3),
                                                 "plan": list(loop.plan.batch_sizes)}) + "\n")
-                flag = hvd.broadcast(flag, root_rank=0, name="dmx_eval")
+                flag = coll.broadcast(flag)
                 stop = bool(flag[0] > 0.5)
                 clock.resume()
                 if stop:
@@ -203,23 +210,68 @@ def main(argv: list[str] | None = None) -> int:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     if hasattr(loop, "close"):
         loop.close()
+    coll.close()
     return 0
 
 
+class Collectives:
+    """The worker's own few collectives (start barrier, evaluation flag) and the model wrap, over
+    the engine under test: Horovod (mpirun) or torch.distributed (torchrun, gloo)."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        if engine == "ddp":
+            import datetime
+
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+            self.dist, self.rank, self.world = dist, dist.get_rank(), dist.get_world_size()
+        else:
+            import horovod.torch as hvd
+
+            hvd.init()
+            self.hvd, self.rank, self.world = hvd, hvd.rank(), hvd.size()
+
+    def wrap(self, net: torch.nn.Module) -> torch.nn.Module:
+        if self.engine == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+
+            return DistributedDataParallel(net)
+        return net
+
+    def barrier(self) -> None:
+        if self.engine == "ddp":
+            self.dist.barrier()
+        else:
+            self.hvd.allreduce(torch.zeros(2), name="dmx_start")
+
+    def broadcast(self, flag: torch.Tensor) -> torch.Tensor:
+        if self.engine == "ddp":
+            self.dist.broadcast(flag, src=0)
+            return flag
+        return self.hvd.broadcast(flag, root_rank=0, name="dmx_eval")
+
+    def close(self) -> None:
+        if self.engine == "ddp":
+            self.dist.destroy_process_group()
+
+
 class _PlainLoop:
-    """Plain Horovod with fixed per-rank batches (the scenario's base_batch), no hook: the
-    network-only baseline and a fallback. Same surface as the hook for the loop above."""
+    """Plain Horovod (or plain DDP) with fixed per-rank batches (the scenario's base_batch), no
+    hook: the network-only baseline and a fallback. Same surface as the hook for the loop above."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, n: int, sc: object,
-                 hvd: object, device: EmulatedDevice) -> None:
+                 coll: Collectives, device: EmulatedDevice) -> None:
         from dynamix_hvd.plan import Plan
 
-        self.hvd = hvd
-        self.rank, self.world = hvd.rank(), hvd.size()  # type: ignore[attr-defined]
+        self.rank, self.world = coll.rank, coll.world
         self.plan = Plan.uniform(self.world, sc.base_batch)  # type: ignore[attr-defined]
-        self.optimizer = hvd.DistributedOptimizer(  # type: ignore[attr-defined]
-            optimizer, named_parameters=model.named_parameters())
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # type: ignore[attr-defined]
+        self.optimizer = optimizer                 # DDP: the model is already wrapped
+        if coll.engine == "horovod":
+            hvd = coll.hvd
+            self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self.n, self.seed, self.device = n, sc.seed, device  # type: ignore[attr-defined]
 
     def batches(self, epoch: int):  # noqa: ANN201

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, REPO, job_env
+from dynamix_hvd.emulate import netns
+from test_bench import _bench, _check_results
 
 JOB = str(REPO / "tests" / "launch" / "scripts" / "ddp_job.py")
 EXAMPLE = REPO / "examples" / "mnist1d_ddp.py"
@@ -131,3 +133,19 @@ def test_example_is_three_lines_from_plain_ddp():
     assert 0 < len([ln for ln in changed if ln.startswith("+")]) <= 3, changed
     assert len([ln for ln in changed if ln.startswith("-")]) <= 3, changed
     assert any("loss.backward()" in ln for ln in b) and any("optimizer.step()" in ln for ln in b)
+
+
+@pytest.mark.skipif(not netns.netns_available()[0], reason="network namespaces not permitted here")
+def test_bench_engine_ddp_over_namespaces(tmp_path):
+    """`dynamix bench --engine ddp`: one torchrun per emulated rank in its namespace; the oracle
+    gives the fast rank more and balances the compute better than static."""
+    p, out = _bench(tmp_path, "static,oracle", "--engine", "ddp")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "engine ddp" in p.stdout and "netns+tc" in p.stdout
+    res = _check_results(out, ["static", "oracle"])
+    assert res["engine"] == "ddp"
+    oracle, static = res["controllers"]["oracle"], res["controllers"]["static"]
+    assert oracle["decisions"] >= 1 and oracle["final_plan"][0] > oracle["final_plan"][1]
+    assert static["decisions"] == 0
+    assert oracle["balance_efficiency"] > static["balance_efficiency"]
+    assert "torch.distributed.run" in (out / "oracle" / "command.txt").read_text()
