@@ -300,13 +300,14 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         rebuilt on the (possibly new) rank 0; the sampler keeps its position (exact-once)."""
         lifecycle.adapt_to_world(self)
 
-    def save(self, path: str | os.PathLike[str], **extra: Any) -> None:
-        """Rank 0 writes model, optimizer and dynamix state atomically; collective (barrier)."""
+    def save(self, path: str | os.PathLike[str], **extra: Any) -> bool:
+        """Rank 0 writes model, optimizer and dynamix state atomically; collective. A failed write
+        follows ``checkpoint_on_error`` (lifecycle.save); True when written."""
         if self.local.current is not None:
             raise DynamixError("save() in the middle of a step: call it after optimizer.step()")
-        lifecycle.save(path, self.rank, lambda: {"dynamix": self.state_dict(), "model": self.model.state_dict(),
-                                                 "optimizer": self.optimizer.state_dict(), **extra},
-                       self.log.flush, self.comm.barrier)
+        return lifecycle.save(path, self.rank, lambda: {"dynamix": self.state_dict(), "model": self.model.state_dict(),
+                                                        "optimizer": self.optimizer.state_dict(), **extra},
+                              self.log.flush, self.comm.barrier, hook=self)
 
     def load(self, path: str | os.PathLike[str], allow_resize: bool = False) -> dict[str, Any]:
         """Rank 0 reads the checkpoint and broadcasts it; every rank restores model, optimizer and
