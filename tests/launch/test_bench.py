@@ -15,6 +15,7 @@ import pytest
 
 from dynamix_hvd.emulate import netns
 from dynamix_hvd.emulate.bench import balance_efficiency, format_table
+from dynamix_hvd.runlog import StepRecord, read_decisions, read_evals, read_events, read_steps, read_summary
 from conftest import default_sigint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,12 +67,14 @@ def _check_results(out: Path, names: list[str]) -> dict:
         assert 0 < m["balance_efficiency"] <= 1 and 0 <= m["final_accuracy"] <= 1
         # the training clock stops for evaluation: wall time > training time, and the
         # per-step durations add up to (about) the training time
-        steps = [json.loads(l) for l in (out / n / "rank0.jsonl").read_text().splitlines()]
-        busy = sum(s["step_s"] for s in steps)
+        steps = read_steps(out / n / "rank0.jsonl")           # (the readers check the worker's schema)
+        busy = sum(s.step_s for s in steps)
         assert m["train_time_s"] >= 0.8 * busy and m["wall_s"] > m["train_time_s"]
-        evals = [json.loads(l) for l in (out / n / "evals.jsonl").read_text().splitlines()]
+        evals = read_evals(out / n / "evals.jsonl")
         if m["time_to_target_s"] is not None:
-            assert m["time_to_target_s"] == pytest.approx(next(e["t"] for e in evals if e["acc"] >= 0.85), abs=1e-3)
+            assert m["time_to_target_s"] == pytest.approx(next(e.t for e in evals if e.acc >= 0.85), abs=1e-3)
+        read_summary(out / n)
+        read_events(out / n)                                  # the hook's decision records and events
     assert (out / "report.png").stat().st_size > 10_000
     return res
 
@@ -110,16 +113,15 @@ def test_bench_network_free(tmp_path: Path) -> None:
     res = _check_results(out, ["proportional", "oracle@12"])
     plan = res["controllers"]["oracle@12"]["final_plan"]
     assert sum(plan) == 12 and plan[0] > plan[1], plan
-    steps = [json.loads(l) for l in (out / "oracle@12" / "rank0.jsonl").read_text().splitlines()]
-    assert all(s["B"] == 12 for s in steps[10:] if s["full"]), sorted({s["B"] for s in steps if s["full"]})
+    steps = read_steps(out / "oracle@12" / "rank0.jsonl")
+    assert all(s.B == 12 for s in steps[10:] if s.full), sorted({s.B for s in steps if s.full})
     # the replay tool: proportional replayed on its own run's first recorded state proposes what it did live
     r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "replay_decisions.py"), str(out / "proportional"),
                         "--controllers", "proportional,goodput", "--first", "0"],
                        capture_output=True, text=True, timeout=120, cwd=REPO)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [l.split() for l in r.stdout.splitlines()[2:]]
-    decisions = [json.loads(l) for l in (out / "proportional" / "events.jsonl").read_text().splitlines()
-                 if "proposed" in json.loads(l)]
+    decisions = read_decisions(out / "proportional")
     assert len(rows) == len(decisions) >= 1
     # columns: step, live B, live split, then per controller: B, fit B, split
     assert rows[0][5] == rows[0][2] and float(rows[0][3]) == pytest.approx(float(rows[0][1]), abs=0.05), r.stdout
@@ -143,9 +145,12 @@ def test_bench_bad_scenario_names_key(tmp_path: Path) -> None:
 
 
 def test_balance_efficiency_and_table() -> None:
-    even = [[{"compute_s": 0.1}] * 3, [{"compute_s": 0.1}] * 3]
+    def log(c: float) -> list[StepRecord]:
+        return [StepRecord(t=0.1 * i, step=i, b=8, B=16, compute_s=c, step_s=0.5) for i in range(3)]
+
+    even = [log(0.1), log(0.1)]
     assert balance_efficiency(even) == pytest.approx(1.0)
-    skew = [[{"compute_s": 0.1}] * 3, [{"compute_s": 0.4}] * 3]
+    skew = [log(0.1), log(0.4)]
     assert balance_efficiency(skew) == pytest.approx(0.625)
     table = format_table({"controllers": {
         "static": {"time_to_target_s": 10.0, "final_accuracy": 0.8, "samples_per_s": 100.0,
@@ -190,11 +195,12 @@ def test_worker_plain_mode_trains_with_static_batches(tmp_path: Path) -> None:
               "--run-dir", str(out), "--plain", "--emulate-latency"]
     run([*MPIRUN, "-np", "2", *worker], timeout=240)
     for r in (0, 1):
-        steps = [json.loads(line) for line in (out / f"rank{r}.jsonl").read_text().splitlines()]
+        steps = read_steps(out / f"rank{r}.jsonl")
         assert len(steps) >= 10
-        assert {s["b"] for s in steps} == {16} and {s["B"] for s in steps} == {32}
+        assert {s.b for s in steps} == {16} and {s.B for s in steps} == {32}
         # the emulated device paces compute: rank 1 is 4x slower per sample (2 + 0.5*16 vs 2 + 2*16 ms)
-        assert min(s["compute_s"] for s in steps) > 0
-    evals = [json.loads(line) for line in (out / "evals.jsonl").read_text().splitlines()]
-    assert evals and evals[-1]["acc"] > evals[0]["acc"] and evals[-1]["acc"] > 0.5
+        assert min(s.compute_s for s in steps) > 0
+    evals = read_evals(out)
+    assert evals and evals[-1].acc > evals[0].acc and evals[-1].acc > 0.5
+    assert read_summary(out).controller == "static"
     assert not (out / "events.jsonl").exists()          # no hook, no decisions

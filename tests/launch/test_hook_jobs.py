@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from conftest import MPIRUN, REPO, run
+from dynamix_hvd.runlog import read_decisions
 
 EXAMPLE = str(REPO / "examples" / "mnist1d_horovod.py")
 PLAIN = REPO / "examples" / "mnist1d_plain.py"
@@ -92,5 +93,6 @@ def test_gloo_controller_uses_horovod_collectives(have_mpirun, tmp_path, monkeyp
     proc = run(["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, EXAMPLE, "--epochs", "1",
                 "--samples", "2000"])
     assert "final test accuracy" in proc.stdout
-    lines = (tmp_path / "events.jsonl").read_text().splitlines()
-    assert len(lines) >= 2   # 25 steps, a decision every 10 (mpi4py here would see a world of 1 and fail)
+    decisions = read_decisions(tmp_path)      # schema-checked
+    assert len(decisions) >= 2   # 25 steps, a decision every 10 (mpi4py here would see a world of 1 and fail)
+    assert all(len(d.workers) == 2 for d in decisions)
