@@ -72,6 +72,8 @@ class DynamixConfig:
     finetune_steps: int = 32             # decisions (transitions) per PPO update
     finetune_lr: float = 1e-4            # Adam learning rate of the online updates
     finetune_epochs: int = 4             # PPO epochs over each rollout
+    stall_timeout_s: float = 60.0        # a rank that completes no step for this long while a peer sends no
+                                         # heartbeat for as long ends the job naming that peer (watchdog.py); 0 = off
 
     # ------------------------------------------------------------------------------------
     def validate(self, world_size: int | None = None) -> "DynamixConfig":
@@ -147,6 +149,9 @@ class DynamixConfig:
              and 0 < self.finetune_lr <= 1, "finetune_lr", "a number in (0, 1]")
         need(is_int(self.finetune_epochs) and 1 <= self.finetune_epochs <= 100, "finetune_epochs",
              "an integer in [1, 100]")
+        need(isinstance(self.stall_timeout_s, (int, float)) and not isinstance(self.stall_timeout_s, bool)
+             and (self.stall_timeout_s == 0 or 1 <= self.stall_timeout_s <= 86400), "stall_timeout_s",
+             "0 (off) or a number of seconds in [1, 86400]")
         return self
 
     def controller_options(self) -> dict[str, Any]:

@@ -115,6 +115,7 @@ class Dynamix(lifecycle.DeprecatedLoop):
         self._t_start = time.perf_counter()
         self.collector = lifecycle.start_collector(cfg.collector_period_ms, self.rank) if cfg.collector else None
         self._excepthook = lifecycle.AbortOnUncaught(self.rank, self.world, self.comm.abort)
+        self._watchdog = lifecycle.start_watchdog(self)    # stall_timeout_s: ends a job stuck on a lost peer
         # close() also runs when the hook is garbage collected or the interpreter exits, so the
         # run log is complete without an explicit close() (the 3-line example has none)
         self._res: dict[str, Any] = {}
@@ -123,7 +124,7 @@ class Dynamix(lifecycle.DeprecatedLoop):
 
     def _track(self) -> None:
         self._res.update(log=self.log, progress=self.progress, comm=self.comm, collector=self.collector,
-                         excepthook=self._excepthook)
+                         excepthook=self._excepthook, watchdog=self._watchdog)
 
     def _make_decider(self, controller: Controller | None) -> Decider:
         return Decider(self.config, self.bounds, self.base_global_batch, controller, log_event=self.log.event)
@@ -345,9 +346,12 @@ class Dynamix(lifecycle.DeprecatedLoop):
 
     def reconnect(self) -> None:
         """After Horovod was re-initialised (elastic reset): a communicator for the new world."""
+        if self._watchdog is not None:
+            self._watchdog.close()
         self.comm.free()
         self.comm = make_comm()
         self.rank, self.world = self.comm.rank, self.comm.size
+        self._watchdog = lifecycle.start_watchdog(self)
         self._track()
 
     def adapt_to_world(self) -> None:
@@ -390,6 +394,8 @@ def _release(res: dict[str, Any]) -> None:
     res["progress"].close()
     res["comm"].free()
     res["excepthook"].restore()
+    if res.get("watchdog") is not None:
+        res["watchdog"].close()
 
 
 class GuardedOptimizer:

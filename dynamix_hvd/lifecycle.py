@@ -1,6 +1,7 @@
 """Lifecycle: what happens around training rather than in a step. Bounds for a world size, the
-BatchNorm floor, the metric collector (at low priority), the abort-on-uncaught-exception hook
-(installed by the constructor, restored by ``close()``), and checkpoint save / load.
+BatchNorm floor, the metric collector (at low priority), the fault handling (the
+abort-on-uncaught-exception hook installed by the constructor and restored by ``close()``, the
+stall watchdog), and checkpoint save / load.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -116,6 +118,24 @@ class AbortOnUncaught:
         if self.installed and sys.excepthook is self.hook:
             sys.excepthook = self.previous
         self.installed = False
+
+
+def start_watchdog(dyn: Any) -> Any:
+    """The stall watchdog (watchdog.py) of this rank, or None: ``stall_timeout_s`` is 0, a
+    single rank, or Horovod elastic (a worker joining later would deadlock on the address
+    exchange, and elastic handles lost workers itself). Collective when it starts."""
+    from dynamix_hvd.watchdog import Watchdog
+
+    timeout = float(dyn.config.stall_timeout_s)
+    if timeout <= 0 or dyn.world < 2 or os.environ.get("HOROVOD_ELASTIC", "") == "1":
+        return None
+    ref = weakref.ref(dyn)        # the thread must not keep the hook alive (close() at collection)
+
+    def step() -> int | None:
+        d = ref()
+        return None if d is None else d.step_count
+
+    return Watchdog.start(dyn.comm, timeout, step, dyn.comm.abort)
 
 
 def hook_state(dyn: Any) -> dict[str, Any]:
