@@ -44,3 +44,96 @@ def test_sigkill_of_one_rank_ends_job(have_mpirun):
     assert proc.returncode != 0
     assert "FINISHED" not in proc.stdout
     _ended_within(proc, t_end)
+
+
+# ---- stall watchdog (dynamix_hvd/watchdog.py): frozen rank, busy rank, rank 0 lost ------------
+STALL_S = 6.0            # stall_timeout_s of these jobs
+END_SLACK_S = 8.0        # heartbeat period + launcher teardown + 2 cores shared with other work
+GLOO_TEARDOWN_S = 10.0   # horovodrun --gloo: SIGTERM, 5 s grace, SIGKILL, 5 s more for the shell
+                         # (horovod/runner/common/util/safe_shell_exec.py GRACEFUL_TERMINATION_TIME_S)
+
+
+def _stall_env(timeout_s: float = STALL_S) -> dict[str, str]:
+    from conftest import job_env
+
+    return {**job_env(), "DYNAMIX_STALL_TIMEOUT_S": str(timeout_s)}
+
+
+def _stall_cmd(launcher: str, np: int, *args: str) -> list[str]:
+    from faultrun import STALL_JOB
+
+    if launcher == "horovodrun":
+        return ["horovodrun", "-np", str(np), sys.executable, STALL_JOB, *args]
+    if launcher == "horovodrun-gloo":
+        return ["horovodrun", "--gloo", "-np", str(np), "-H", f"localhost:{np}", sys.executable, STALL_JOB, *args]
+    return [*MPIRUN, "-np", str(np), sys.executable, STALL_JOB, *args]
+
+
+@pytest.mark.parametrize("launcher,np", [("mpirun", 4), ("horovodrun", 2), ("horovodrun-gloo", 2)])
+def test_frozen_rank_ends_job_naming_it(have_mpirun, launcher, np):
+    """SIGSTOP on one rank (a frozen node): the others wait in the gradient allreduce; the
+    watchdog ends the job within stall_timeout_s + slack, naming the frozen rank."""
+    from faultrun import run_job
+
+    rank = np - 1
+    res = run_job(_stall_cmd(launcher, np, "--fault", "sigstop", "--fault-rank", str(rank), "--fault-step", "20"),
+                  _stall_env(), timeout=STALL_S + 90, cwd=str(REPO))
+    assert res.returncode is not None, "the job hung after SIGSTOP:\n" + res.out[-3000:]
+    assert res.returncode != 0 and "FINISHED" not in res.out
+    assert re.search(rf"unreachable or frozen: rank {rank} \(", res.out), res.out[-3000:]
+    took = res.end_after_fault_s
+    print(f"\nfrozen rank {rank} of {np} ({launcher}, stall_timeout_s={STALL_S:g}): job ended {took:.1f} s after SIGSTOP")
+    slack = END_SLACK_S + (GLOO_TEARDOWN_S if launcher == "horovodrun-gloo" else 0.0)
+    assert STALL_S <= took < STALL_S + slack, took
+
+
+@pytest.mark.parametrize("np", [1, 4])
+def test_busy_rank_is_not_killed(have_mpirun, np):
+    """Rank 0 alive but outside the training step for 2x stall_timeout_s (an evaluation, a slow
+    checkpoint): its heartbeats go on, the job is not ended, rank 0 warns once (np > 1)."""
+    from faultrun import run_job
+
+    res = run_job(_stall_cmd("mpirun", np, "--fault", "busy", "--fault-rank", "0", "--fault-step", "20",
+                             "--down-s", str(2 * STALL_S), "--samples", "1600"),
+                  _stall_env(), timeout=180, cwd=str(REPO))
+    assert res.returncode == 0, res.out[-3000:]
+    assert res.out.count("FINISHED") == np
+    gaps = [float(g) for g in re.findall(r"longest step gap ([0-9.]+) s", res.out)]
+    assert min(gaps) >= 2 * STALL_S - 0.5, gaps
+    if np > 1:
+        assert "alive but busy outside the training step; not ending the job" in res.out, res.out[-3000:]
+
+
+def test_rank0_lost_then_resume_on_the_rest_exactly_once(have_mpirun, tmp_path):
+    """SIGKILL of rank 0 (where the decisions are made) mid-epoch: the job ends; the last
+    checkpoint resumes on the 3 remaining ranks and the epoch is trained exactly once."""
+    from faultrun import run_job
+
+    samples, ck = 3200, tmp_path / "ck.pt"
+    common = ["--samples", str(samples), "--checkpoint", str(ck), "--checkpoint-every", "20"]
+    first = run_job(_stall_cmd("mpirun", 4, "--fault", "sigkill", "--fault-rank", "0", "--fault-step", "50",
+                               *common, "--seen-log", str(tmp_path / "run1")),
+                    _stall_env(), timeout=STALL_S + 120, cwd=str(REPO))
+    assert first.returncode is not None, "the job hung after rank 0 was killed:\n" + first.out[-3000:]
+    assert first.returncode != 0 and "FINISHED" not in first.out and ck.exists()
+    took = first.end_after_fault_s
+    print(f"\nrank 0 of 4 SIGKILLed: job ended {took:.1f} s later")
+    assert took < STALL_S + END_SLACK_S, took
+    second = run_job(_stall_cmd("mpirun", 3, *common, "--allow-resize", "--seen-log", str(tmp_path / "run2")),
+                     _stall_env(), timeout=240, cwd=str(REPO))
+    assert second.returncode == 0, second.out[-3000:]
+    m = re.search(r"RESUMED-AT (\d+) world 3", second.out)
+    assert m, second.out[-3000:]
+    resumed_at = int(m.group(1))
+    assert resumed_at == 40
+
+    def seen(prefix: str, world: int, before: int | None = None) -> list[int]:
+        out = []
+        for r in range(world):
+            for line in (tmp_path / f"{prefix}.{r}").read_text().splitlines():
+                step, idx = map(int, line.split())
+                if before is None or step < before:
+                    out.append(idx)
+        return out
+
+    assert sorted(seen("run1", 4, resumed_at) + seen("run2", 3)) == list(range(samples))
