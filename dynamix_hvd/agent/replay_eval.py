@@ -56,6 +56,16 @@ def _run_task(task: tuple[str, int, str, str, tuple[int, ...]]) -> list[tuple[in
     return out
 
 
+def _write_cache(cp: Path, new: dict[str, float | None]) -> None:
+    """Merge ``new`` into the cache file (other evaluations may write it too), atomically."""
+    cp.parent.mkdir(parents=True, exist_ok=True)
+    merged = json.loads(cp.read_text()) if cp.is_file() else {}
+    merged.update(new)
+    tmp = cp.with_suffix(f".tmp{id(new)}")
+    tmp.write_text(json.dumps(merged))
+    tmp.replace(cp)
+
+
 def _median(xs: Sequence[float | None]) -> float:
     return float(np.median([math.inf if x is None else x for x in xs]))
 
@@ -128,16 +138,10 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
         ctx = get_context("fork")
         with ctx.Pool(max(1, jobs)) as pool:
             for (task, keys), res in zip(tasks, pool.imap(_run_task, [t[0] for t in tasks])):
-                for k, (_, v) in zip(keys, res):
-                    cache[k] = v
-        if cache_path:   # merge with what other evaluations wrote meanwhile, then replace atomically
-            cp = Path(cache_path)
-            cp.parent.mkdir(parents=True, exist_ok=True)
-            merged = json.loads(cp.read_text()) if cp.is_file() else {}
-            merged.update(cache)
-            tmp = cp.with_suffix(f".tmp{id(cache)}")
-            tmp.write_text(json.dumps(merged))
-            tmp.replace(cp)
+                new = {k: v for k, (_, v) in zip(keys, res)}
+                cache.update(new)
+                if cache_path:     # after every task: an interrupted evaluation keeps what it ran
+                    _write_cache(Path(cache_path), new)
     if not baselines:      # episodes cached only; the table comes from a run with the baselines
         return {"cells": [], "summary": {}, "seeds": list(seeds), "wall_s": round(time.perf_counter() - t0, 1)}
     cells = []
