@@ -100,6 +100,9 @@ class DynamixCore(lifecycle.DeprecatedLoop):
     gns = property(lambda self: self.local.gns)
     noise = property(lambda self: self.local.gns.estimator)
     noise_scale = property(lambda self: self.local.gns.estimator.noise_scale)
+    _pending = property(lambda self: self.local.pending)
+    _current = property(lambda self: self.local.current)
+    _redo = property(lambda self: self.local.redo)
 
     @property
     def controller(self) -> Controller | None:
