@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from dynamix_hvd import Dynamix, workloads
+from dynamix_hvd.measure import GradNoise
 from dynamix_hvd.stats import NoiseScaleEstimator, gns_step_estimates
 
 
@@ -65,12 +66,16 @@ def record(name: str, steps: int, interval: int, batch: int) -> list[tuple[int, 
     return out
 
 
-def replay(rows: list[tuple[int, int, list[float], float]], interval: int, every: int, beta: float) -> list[float]:
-    """The noise scale after each decision when statistics are taken on the sampled steps."""
+def replay(rows: list[tuple[int, int, list[float], float]], interval: int, every: int, beta: float,
+           samples: int = 0) -> list[float]:
+    """The noise scale after each decision when statistics are taken on the sampled steps: the
+    hook's rule (``GradNoise.sampled``), every ``every``-th step of the last ``every x samples``
+    before each decision, and the step before it (``samples`` = 0: every ``every``-th step)."""
     est = NoiseScaleEstimator(beta=beta)
+    gn = GradNoise(0, 2, every, beta, samples)
     out, s_acc, g_acc, n = [], 0.0, 0.0, 0
     for step, T, cs, g in rows:
-        if every == 1 or (step + 1) % every == 0 or (step + 1) % interval == 0:
+        if gn.sampled(step, (step // interval + 1) * interval):
             s, g2 = gns_step_estimates(sum(cs), g, T, len(cs))
             if math.isfinite(s):
                 s_acc, g_acc, n = s_acc + s, g_acc + g2, n + 1
@@ -92,6 +97,7 @@ def main() -> None:
                         "with min_decision_s the hook's intervals are longer than interval_steps when steps are short)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--every", default="2,5,10")
+    p.add_argument("--samples", default="0", help="sampled steps per decision (comma-separated; 0 = no limit)")
     p.add_argument("--skip", type=int, default=5, help="decisions before the EMA has settled, not compared")
     args = p.parse_args()
     hvd.init()
@@ -105,14 +111,14 @@ def main() -> None:
         for iv in (int(i) for i in args.intervals.split(",")):
             full = replay(rows, iv, 1, 0.9)
             skip = max(1, args.skip * args.interval // iv)
-            for k in (int(e) for e in args.every.split(",")):
-                samp = replay(rows, iv, k, 0.9)
+            for k, m in ((int(e), int(m)) for e in args.every.split(",") for m in args.samples.split(",")):
+                samp = replay(rows, iv, k, 0.9, m)
                 rel = [abs(a / b - 1.0) for a, b in zip(samp[skip:], full[skip:])
                        if math.isfinite(a) and math.isfinite(b) and b > 0]
                 if not rel:
-                    print(f"{name:16s} interval {iv:3d} every {k:2d}: no finite estimates")
+                    print(f"{name:16s} interval {iv:3d} every {k:2d} samples {m:2d}: no finite estimates")
                     continue
-                print(f"{name:16s} interval {iv:3d} every {k:2d}: |sampled/every-step - 1| median "
+                print(f"{name:16s} interval {iv:3d} every {k:2d} samples {m:2d}: |sampled/every-step - 1| median "
                       f"{statistics.median(rel):.3f} max {max(rel):.3f} over {len(rel)} decisions; final "
                       f"{samp[-1]:.1f} vs {full[-1]:.1f} ({samp[-1] / full[-1] - 1:+.3f})", flush=True)
     if hvd.rank() == 0:

@@ -1,11 +1,16 @@
 """Apply: what every rank does to its training step under a plan.
 
 ``Weighting``   the loss weight n_i/T, applied in Horovod's own gradient hook: a compression
-                wrapper whose ``compress`` runs right before each gradient's allreduce. It
-                scales ``p.grad`` in place (the rank's own accumulated buffer, which Horovod then
-                reduces in place), takes the local norm on sampled steps, and, when the last
-                gradient of the step is handed to Horovod, hands it the flag vector too
-                (``StepFlags``), so the flags travel with the gradients in the same cycle.
+                wrapper whose ``compress`` runs right before each gradient's allreduce. On a
+                step whose plan is uniform (every rank the same batch, no accumulation: n_i/T =
+                1/N on every rank) it leaves the gradient alone and Horovod averages it
+                (``op=Average``: the 1/N is applied by Horovod's background thread, as in a
+                plain Horovod job); otherwise it scales ``p.grad`` in place (the rank's own
+                accumulated buffer, which Horovod then sums in place). Horovod cannot take the
+                weight as a ``prescale_factor``: it requires the factors to match across ranks.
+                It takes the local norm on sampled steps, and, when the last gradient of the
+                step is handed to Horovod, hands it the flag vector too (``StepFlags``), so the
+                flags travel with the gradients in the same cycle.
                 Micro-batches of one step with different weights: before micro-batch j > 0
                 the gradient accumulated so far is rescaled by w_{j-1}/w_j (only when they
                 differ), so the single scale at the end gives sum_j w_j g_j exactly.
@@ -48,12 +53,14 @@ class StepFlags:
         set_flags(self._np, self.rank, self.world, oom_batch, react)
         self._handle = self.hvd.allreduce_async_(self._tensor, name="dynamix.flags", op=self.hvd.Sum)
 
-    def wait(self) -> tuple[np.ndarray, list[int] | None]:
-        """(oom batch per rank, ranks asking for an early decision or None)."""
+    def wait(self) -> tuple[np.ndarray | None, list[int] | None]:
+        """(oom batch per rank or None, ranks asking for an early decision or None)."""
         if self._handle is None:
             raise RuntimeError("dynamix: the step's flags were never submitted")
         self.hvd.synchronize(self._handle)
         self._handle = None
+        if not self._np.any():              # the common case: nothing to report
+            return None, None
         return read_flags(self._np, self.world)
 
 
@@ -68,14 +75,17 @@ class Weighting:
         self.on_local = on_local      # sampled-step norm capture, or None
         self.last = last              # called once all gradients of the step are submitted
         self.seen = 0                 # gradients handed to Horovod in this step
+        self.average = False          # this step: Horovod averages (uniform plan), no weight here
 
-    def reset(self) -> None:
+    def reset(self, average: bool = False) -> None:
         self.seen = 0
+        self.average = average
 
     def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        w = self.scale()
-        if w != 1.0:
-            tensor.mul_(w)
+        if not self.average:
+            w = self.scale()
+            if w != 1.0:
+                tensor.mul_(w)
         if self.on_local is not None:
             self.on_local(tensor)
         self.seen += 1

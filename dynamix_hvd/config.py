@@ -48,6 +48,7 @@ class DynamixConfig:
     gns: bool = True                     # estimate the gradient noise scale
     gns_beta: float = 0.9                # EMA factor of the noise-scale estimator
     gns_every: int = 2                   # gradient statistics on every k-th step (+ the step before each decision)
+    gns_samples: int = 8                 # ... only the last ``gns_samples`` such steps before each decision (0: all)
     collector: bool = True               # sample NIC/CPU/memory with the native collector
     collector_period_ms: int = 100
     run_dir: str | None = None           # events.jsonl (+ TensorBoard) written here by rank 0
@@ -116,6 +117,8 @@ class DynamixConfig:
         need(isinstance(self.gns, bool), "gns", "true or false")
         need(isinstance(self.gns_beta, (int, float)) and 0 <= self.gns_beta < 1, "gns_beta", "a number in [0, 1)")
         need(is_int(self.gns_every) and self.gns_every >= 1, "gns_every", "an integer >= 1 (steps)")
+        need(is_int(self.gns_samples) and self.gns_samples >= 0, "gns_samples",
+             "an integer >= 0 (sampled steps per decision; 0 = every gns_every-th step)")
         need(isinstance(self.collector, bool), "collector", "true or false")
         need(is_int(self.collector_period_ms) and self.collector_period_ms >= 1, "collector_period_ms",
              "an integer >= 1 (milliseconds)")

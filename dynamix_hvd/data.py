@@ -18,6 +18,7 @@ Nothing here talks to MPI or torch; ``DynamixBatchSampler`` at the bottom adapts
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -40,7 +41,7 @@ class StepSlice:
     sizes: tuple[int, ...]       # samples per rank in this step (sum = total)
     plan_version: int
 
-    @property
+    @functools.cached_property
     def total(self) -> int:
         return sum(self.sizes)
 
@@ -86,7 +87,7 @@ def step_sizes(remaining: int, plan: Plan, accumulation: int = 1) -> tuple[int, 
     full = k * plan.global_batch
     floor_ = plan.world_size * k
     if remaining - full >= floor_:
-        return tuple(k * b for b in plan.batch_sizes)
+        return plan.batch_sizes if k == 1 else tuple(k * b for b in plan.batch_sizes)
     if remaining > full:                      # full step now would leave < world*k behind
         if remaining - floor_ >= floor_:
             return capped_split(remaining - floor_, plan, k)
@@ -127,6 +128,9 @@ class PlanLog:
         self._plans.append(plan)
 
     def at(self, step: int) -> Plan:
+        last = self._plans[-1]
+        if step >= last.start_step:          # the common case: the latest plan
+            return last
         starts = [p.start_step for p in self._plans]
         i = bisect.bisect_right(starts, step) - 1
         return self._plans[max(i, 0)]

@@ -109,7 +109,8 @@ class Dynamix(lifecycle.DeprecatedLoop):
                                     scale=lambda: self.local.scale,
                                     on_local=self._on_local if cfg.gns else None, last=self._submit_flags)
         inner._compression = self._weighting                 # noqa: SLF001
-        self.local.on_new_step = self._weighting.reset
+        self.local.on_new_step = self._new_step
+        self._averaging = False     # Horovod's op is Average (uniform step) rather than Sum
         self._hooked = bool(inner._requires_update)          # noqa: SLF001 - Horovod registered its hooks
         self._flags = self._make_flags()
         self._t_start = time.perf_counter()
@@ -223,6 +224,18 @@ class Dynamix(lifecycle.DeprecatedLoop):
                 raise OutOfMemoryError(self.rank, n)
             self.local.oom_batch = max(self.local.oom_batch, n, 1)
             self.local.gns.cancel()
+
+    def _new_step(self) -> None:
+        """A step starts: on a uniform plan Horovod averages (no weight pass over the gradients,
+        as in a plain Horovod job); otherwise it sums the n_i/T-weighted gradients. Every rank
+        takes the same branch: the step's sizes are the same on all ranks."""
+        loc = self.local
+        avg = loc.uniform and self._hooked
+        if avg != self._averaging:
+            self.hvd_optimizer.op = self.hvd.Average if avg else self.hvd.Sum
+            self._averaging = avg
+        loc.gns.local_scale = loc.scale if avg else 1.0
+        self._weighting.reset(avg)
 
     def _on_local(self, grad: torch.Tensor) -> None:
         if self.local.gns.capturing:

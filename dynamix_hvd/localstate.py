@@ -31,13 +31,14 @@ class LocalState:
         self.config, self.rank, self.world = config, rank, world
         self.sampler, self.params, self.progress = sampler, list(params), progress
         self.meter = StepMeter(capacity=min(max(256, 2 * config.interval_steps), 8192))
-        self.gns = GradNoise(rank, world, config.gns_every, config.gns_beta)
+        self.gns = GradNoise(rank, world, config.gns_every, config.gns_beta, config.gns_samples)
         self.detector = ChangeDetector(tol=config.react_tol) if config.react else None
         self.pending: collections.deque[tuple[StepSlice, int, int]] = collections.deque()
         self.current: tuple[StepSlice, int, int] | None = None   # (slice, micro index, n samples)
         self.consumed = sampler.position()     # position after the last *trained* step
         self.t_batch = time.perf_counter()
         self.scale = 1.0            # the weight Horovod's hook applies to the accumulated gradient
+        self.uniform = False        # this step: every rank the same batch, one micro-batch (n_i/T = 1/N)
         self.oom_batch = 0          # this rank's batch size that ran out of memory in this step
         self.react_flag = 0         # this rank's detector fired; sent with the next step's flags
         self.react_ranks: list[int] | None = None   # ranks that flagged, known to all: decide early
@@ -77,6 +78,7 @@ class LocalState:
             self.t_batch = time.perf_counter()
             self.redo = False
             self.scale = w if w > 0 else 1.0
+            self.uniform = self.config.accumulation == 1 and min(sl.sizes) == max(sl.sizes)
             self.on_new_step()
         elif w > 0 and w != self.scale:   # micro-batches of unequal size: keep sum_j w_j g_j exact
             rescale_accumulated(self.params, self.scale / w)
@@ -89,6 +91,8 @@ class LocalState:
     def is_full(self, sl: StepSlice, plan: Plan | None = None) -> bool:
         plan = plan or self.sampler.plans.at(sl.step)
         k = self.config.accumulation
+        if k == 1:
+            return sl.sizes == plan.batch_sizes
         return all(s == k * b for s, b in zip(sl.sizes, plan.batch_sizes))
 
     @property

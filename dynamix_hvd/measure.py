@@ -4,8 +4,9 @@
                preallocated numpy ring (no list of tuples), running sums for the whole interval,
                the loss (kept as a tensor, converted once per decision: no device sync per step),
                and where this rank's change detector placed a change.
-``GradNoise``  the gradient noise scale from *sampled* steps: every ``every``-th step and the
-               step right before each regular decision. On a sampled step the squared norm of
+``GradNoise``  the gradient noise scale from *sampled* steps: the step right before each
+               regular decision and every ``every``-th step of the ``every x samples`` steps
+               before it (a fixed number per decision, not a share of all steps). On a sampled step the squared norm of
                each local gradient is taken in Horovod's gradient hook (one reduction over the
                gradient, no copy), and rank 0 takes the reduced gradient's with one
                ``torch._foreach_norm``. Other steps cost nothing. The per-interval means go
@@ -121,11 +122,13 @@ class StepMeter:
 class GradNoise:
     """Gradient noise scale from sampled steps (see the module docstring)."""
 
-    def __init__(self, rank: int, world: int, every: int, beta: float) -> None:
+    def __init__(self, rank: int, world: int, every: int, beta: float, samples: int = 0) -> None:
         self.rank, self.world = rank, world
         self.every = max(int(every), 1)
+        self.samples = max(int(samples), 0)
         self.estimator = NoiseScaleEstimator(beta=beta)
         self.capturing = False
+        self.local_scale = 1.0   # factor from the captured local gradients to the weighted ones
         self._norms: list[torch.Tensor] = []
         self.reset_interval()
 
@@ -136,11 +139,18 @@ class GradNoise:
         self.steps = 0
 
     def sampled(self, step: int, next_due: int) -> bool:
-        """Take gradient statistics on this step? Every ``every``-th step and the last step before
-        each regular decision (``next_due``); never with a single rank (the estimator needs N >= 2)."""
+        """Take gradient statistics on this step? The last step before each regular decision
+        (``next_due``) and every ``every``-th step, of those only the last ``samples`` before the
+        decision (``samples`` = 0: all): a fixed cost per decision, however many steps the
+        interval holds. Never with a single rank (the estimator needs N >= 2)."""
         if self.world < 2:
             return False
-        return (step + 1) % self.every == 0 or step + 1 == next_due
+        s = step + 1
+        if s == next_due:
+            return True
+        if s % self.every:
+            return False
+        return self.samples == 0 or next_due - s < self.every * self.samples
 
     def begin(self, capture: bool) -> None:
         self.capturing = capture
@@ -148,7 +158,8 @@ class GradNoise:
             self._norms.clear()
 
     def on_local(self, grad: torch.Tensor) -> None:
-        """Horovod's hook, after the n_i/T weight: this rank's weighted local gradient."""
+        """Horovod's hook: this rank's local gradient, ``local_scale`` x the weighted one (1, or
+        n_i/T on a uniform step, where Horovod averages and the weight is never applied here)."""
         self._norms.append(torch.linalg.vector_norm(grad, dtype=torch.float32))
 
     def cancel(self) -> None:
@@ -161,7 +172,7 @@ class GradNoise:
         if not self.capturing or not self._norms or n_local <= 0:
             self.cancel()
             return
-        sq = float(torch.stack(self._norms).square().sum())
+        sq = float(torch.stack(self._norms).square().sum()) * self.local_scale ** 2
         c = (total / n_local) * sq
         self.sum_tc += total * c
         if reduced is not None:

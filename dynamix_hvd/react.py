@@ -28,8 +28,8 @@ Scheduling noise can fake a step-time change: in session 7, one of five hetero8 
 A step-time-only change does not restart any rank's compute model."""
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from dataclasses import dataclass
 
 
@@ -58,45 +58,74 @@ class ChangeDetector:
         self.tol, self.confirm, self.reference, self.window = float(tol), int(confirm), int(reference), int(window)
         self.plan_tol = float(plan_tol)
         self._sizes: tuple[float, float] | None = None   # (own batch, global batch) the history is under
-        self._compute: list[float] = []
-        self._step: list[float] = []
+        self._compute = _Series(self.confirm, self.reference, self.window, self.tol)
+        self._step = _Series(self.confirm, self.reference, self.window, self.tol)
 
     def reset(self) -> None:
         self._sizes = None
-        self._compute.clear()
-        self._step.clear()
+        self._compute.keep_last(0)
+        self._step.keep_last(0)
 
     def rebase(self) -> None:
         """A decision has just taken account of the latest steps: keep only the last ``confirm``
         of them, so a change they show is not confirmed again."""
-        del self._compute[:-self.confirm], self._step[:-self.confirm]
+        self._compute.keep_last(self.confirm)
+        self._step.keep_last(self.confirm)
 
     def add(self, batch: float, global_batch: float, compute_s: float, step_s: float) -> Change | None:
         """One full step's timings, with this rank's and the global batch size of the plan in
         force; a ``Change`` when this step confirms one (then the history restarts from the
-        confirming steps), else None."""
-        if self._sizes is None or any(abs(new - old) > self.plan_tol * old
-                                      for new, old in zip((batch, global_batch), self._sizes)):
+        confirming steps), else None. O(window) at most, no sort: the reference steps are kept
+        sorted as they slide."""
+        sizes = self._sizes
+        if sizes is None or abs(batch - sizes[0]) > self.plan_tol * sizes[0] or \
+                abs(global_batch - sizes[1]) > self.plan_tol * sizes[1]:
             self.reset()
             self._sizes = (float(batch), float(global_batch))
         if not (math.isfinite(compute_s) and math.isfinite(step_s) and compute_s > 0 and step_s > 0):
             return None
-        self._compute.append(float(compute_s))
-        self._step.append(float(step_s))
-        if len(self._compute) > self.window:
-            del self._compute[0], self._step[0]
-        c, s = self._moved(self._compute), self._moved(self._step)
+        c = self._compute.push(float(compute_s))
+        s = self._step.push(float(step_s))
         if not (c or s):
             return None
         n = self.confirm
-        self._compute[:] = self._compute[-n:]
-        self._step[:] = self._step[-n:]
+        self._compute.keep_last(n)
+        self._step.keep_last(n)
         return Change(compute=c, step=s, steps_since=n)
 
-    def _moved(self, xs: list[float]) -> bool:
-        n = self.confirm
-        if len(xs) < n + self.reference:
+
+class _Series:
+    """The last ``window`` values of one timing series; the ones before the last ``confirm`` (the
+    reference) also kept sorted, so their median is an index. ``push`` says whether the last
+    ``confirm`` values all differ from that median by more than ``tol`` in the same direction
+    (up: > tol; down: < -tol / (1 + tol), the same ratio the other way)."""
+
+    def __init__(self, confirm: int, reference: int, window: int, tol: float) -> None:
+        self.n, self.min_len, self.window = confirm, confirm + reference, window
+        self.up, self.down = 1.0 + tol, 1.0 / (1.0 + tol)
+        self.xs: list[float] = []
+        self.ref: list[float] = []     # sorted xs[:-n]
+
+    def keep_last(self, k: int) -> None:
+        if len(self.xs) > k:
+            del self.xs[:len(self.xs) - k]
+        self.ref = sorted(self.xs[:-self.n]) if len(self.xs) > self.n else []
+
+    def push(self, x: float) -> bool:
+        xs, ref, n = self.xs, self.ref, self.n
+        xs.append(x)
+        if len(xs) > n:
+            bisect.insort(ref, xs[-n - 1])          # left the last n: joins the reference
+        if len(xs) > self.window:
+            del ref[bisect.bisect_left(ref, xs[0])]
+            del xs[0]
+        if len(xs) < self.min_len:
             return False
-        ref = statistics.median(xs[:-n])
-        rel = [x / ref - 1.0 for x in xs[-n:]]
-        return all(r > self.tol for r in rel) or all(r < -self.tol / (1.0 + self.tol) for r in rel)
+        m = len(ref)
+        med = ref[m // 2] if m % 2 else 0.5 * (ref[m // 2 - 1] + ref[m // 2])
+        hi, lo = med * self.up, med * self.down
+        if x > hi:
+            return all(v > hi for v in xs[-n:])
+        if x < lo:
+            return all(v < lo for v in xs[-n:])
+        return False

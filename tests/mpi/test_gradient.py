@@ -81,3 +81,46 @@ def test_uneven_gradient_equals_big_batch(comm, accumulation, api):
         # accumulated gradient (localstate.begin_micro) was exercised and checked above
         assert True in micro
     assert steps >= 6, steps
+
+
+def test_sampled_local_norm_is_the_weighted_local_gradient(comm):
+    """The gradient statistic c_i = (T/n_i)|n_i/T g_i|^2 of every sampled step equals the one
+    computed from this rank's own gradient, on uniform steps (Horovod averages; the weight is
+    never applied to the gradient) and on uneven ones (the weight is applied in the hook)."""
+    world = comm.Get_size()
+    x, y = make_data()
+    model = make_model()
+    cfg = DynamixConfig(base_batch=8, interval_steps=4, min_decision_s=0, deadband=0.0, max_batch=64,
+                        gns_every=1, seed=3, collector=False)
+    bounds = PlanBounds(max_batch=(64,) * world, deadband=0.0)
+    ctl = ScriptedController(bounds, 8, uneven_script(world)) if comm.Get_rank() == 0 else None
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.1), dataset_size=len(x), config=cfg,
+                  controller=ctl)
+    got: list[float] = []
+    orig = dyn.gns.finish
+
+    def finish(total, n_local, reduced):
+        before = dyn.gns.sum_tc
+        orig(total, n_local, reduced)
+        got.append((dyn.gns.sum_tc - before) / total)         # c_i of this step
+
+    dyn.gns.finish = finish
+    worst, kinds = 0.0, set()
+    for idx in dyn.batches(0):
+        sl = dyn.current_slice
+        n, total = len(idx), sl.total
+        ref = reference_grads(model, x[idx], y[idx])
+        want = (total / n) * (n / total) ** 2 * float(sum(float(g.square().sum()) for g in ref))
+        n_before = len(got)
+        dyn.optimizer.zero_grad()
+        F.cross_entropy(model(x[idx]), y[idx]).backward()
+        dyn.optimizer.step()
+        if world > 1 and len(got) > n_before:
+            worst = max(worst, abs(got[-1] - want) / want)
+            kinds.add(min(sl.sizes) == max(sl.sizes))
+    dyn.close()
+    if world > 1:
+        assert worst <= 1e-4, worst
+        assert kinds == {True, False}, kinds       # both uniform and uneven steps were sampled
+    else:
+        assert got == []

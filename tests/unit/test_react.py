@@ -75,3 +75,49 @@ def test_bad_timings_are_skipped_and_bad_settings_named():
                      ({"plan_tol": -1}, "plan_tol")]:
         with pytest.raises(ValueError, match=word):
             ChangeDetector(**kw)
+
+
+def _naive_moved(xs, confirm, reference, tol):
+    """The definition, written plainly: the last ``confirm`` values all beyond ``tol`` of the
+    median of the ones before them, in the same direction."""
+    import statistics
+    if len(xs) < confirm + reference:
+        return False
+    ref = statistics.median(xs[:-confirm])
+    rel = [x / ref - 1.0 for x in xs[-confirm:]]
+    return all(r > tol for r in rel) or all(r < -tol / (1.0 + tol) for r in rel)
+
+
+def test_incremental_detector_matches_the_definition():
+    """The sorted sliding reference gives exactly the plain definition's answers, step by step,
+    over random series with level shifts, plan changes and rebases."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        tol, confirm, reference, window = [(0.5, 3, 5, 32), (0.2, 2, 3, 8), (0.1, 4, 6, 12)][trial % 3]
+        det = ChangeDetector(tol=tol, confirm=confirm, reference=reference, window=window)
+        hist_c: list[float] = []
+        hist_s: list[float] = []
+        sizes = None
+        level = 1.0
+        for t in range(300):
+            if rng.random() < 0.03:
+                level *= float(rng.choice([0.3, 0.6, 1.7, 3.0]))
+            b = 32.0 if rng.random() > 0.02 else float(rng.choice([20, 33, 64]))
+            c = level * float(rng.lognormal(0, 0.15))
+            s = c * 1.2 + float(rng.lognormal(-3, 0.5))
+            if sizes is None or abs(b - sizes) > 0.1 * sizes:
+                hist_c, hist_s, sizes = [], [], b
+            hist_c.append(c)
+            hist_s.append(s)
+            del hist_c[:-window], hist_s[:-window]
+            mc = _naive_moved(hist_c, confirm, reference, tol)
+            ms = _naive_moved(hist_s, confirm, reference, tol)
+            got = det.add(b, 128.0, c, s)
+            assert (got is not None) == (mc or ms), (trial, t)
+            if got is not None:
+                assert (got.compute, got.step) == (mc, ms)
+                del hist_c[:-confirm], hist_s[:-confirm]
+            elif rng.random() < 0.02:
+                det.rebase()
+                del hist_c[:-confirm], hist_s[:-confirm]
