@@ -32,17 +32,19 @@ def record(name: str, steps: int, interval: int, batch: int) -> list[tuple[int, 
     """(step, T, per-rank c_i = (T/n_i)|weighted local|^2, |G|^2) per step, on rank 0."""
     model, data = workloads.build(name, seed=0)
     opt = torch.optim.Adam(model.parameters(), lr=workloads.get_workload(name).lr)
-    dyn = Dynamix(model, opt, dataset_size=len(data), base_batch=batch, interval_steps=interval, gns_every=1,
+    dyn = Dynamix(model, opt, dataset_size=len(data), base_batch=batch, interval_steps=interval, gns_every=1, gns_samples=0,
                   collector=False, bn_min_batch=1)
     rows: list[tuple[int, int, float, float]] = []
     gns = dyn.gns
     orig = gns.finish
 
     def finish(total: int, n_local: int, reduced: object) -> None:
-        sq = float(torch.stack(gns._norms).square().sum()) if gns._norms else math.nan   # noqa: SLF001
-        g = float(torch.stack(torch._foreach_norm(list(reduced))).square().sum()) if reduced is not None else math.nan
-        rows.append((dyn.step_count, total, (total / n_local) * sq, g))
+        # the hook's own statistics of this step: c_i = d(sum_tc) / T, |G|^2 = d(sum_tg) / T
+        tc, tg = gns.sum_tc, gns.sum_tg
         orig(total, n_local, reduced)
+        c = (gns.sum_tc - tc) / total if gns.sum_tc != tc else math.nan
+        g = (gns.sum_tg - tg) / total if reduced is not None and gns.sum_tg != tg else math.nan
+        rows.append((dyn.step_count, total, c, g))
 
     gns.finish = finish  # type: ignore[method-assign]
     epoch = 0

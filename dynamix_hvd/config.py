@@ -48,7 +48,8 @@ class DynamixConfig:
     gns: bool = True                     # estimate the gradient noise scale
     gns_beta: float = 0.9                # EMA factor of the noise-scale estimator
     gns_every: int = 2                   # gradient statistics on every k-th step (+ the step before each decision)
-    gns_samples: int = 8                 # ... only the last ``gns_samples`` such steps before each decision (0: all)
+    gns_samples: int = 0                 # ... only the last ``gns_samples`` such steps before each decision (0: all;
+                                         # fewer samples bias the estimate upwards on long intervals, see README)
     collector: bool = True               # sample NIC/CPU/memory with the native collector
     collector_period_ms: int = 100
     run_dir: str | None = None           # events.jsonl (+ TensorBoard) written here by rank 0

@@ -205,3 +205,20 @@ def test_excepthook_installed_and_restored():
     assert sys.excepthook is not before and getattr(sys.excepthook, "_dynamix", False)
     h.restore()
     assert sys.excepthook is before
+
+
+def test_gradient_statistics_sampling_rule():
+    """GradNoise.sampled: every gns_every-th step and the step before the decision; with
+    gns_samples = K only the last K such steps before each decision; never on one rank."""
+    from dynamix_hvd.measure import GradNoise
+
+    def taken(every, samples, next_due, world=4):
+        g = GradNoise(0, world, every, 0.9, samples)
+        return [s for s in range(next_due) if g.sampled(s, next_due)]
+
+    assert taken(2, 0, 10) == [1, 3, 5, 7, 9]
+    assert taken(3, 0, 10) == [2, 5, 8, 9]                   # + the step before the decision
+    assert taken(2, 3, 100) == [95, 97, 99]                  # last 3 of every 2nd step
+    assert taken(2, 8, 10) == [1, 3, 5, 7, 9]                # window longer than the interval
+    assert taken(1, 4, 50) == [46, 47, 48, 49]
+    assert taken(2, 0, 10, world=1) == []
