@@ -17,7 +17,9 @@ collector), with all four off, and with a decision every 10 steps however short 
 One job runs every variant in the same processes, in rounds A B C .. C B A (A = plain): the
 ratio of a variant in a round is the mean steps/s of its two blocks over plain's two blocks, so a
 linear drift of the machine's load cancels. Prints the median ratio over the rounds and its
-range (min-max), and the plain steps/s and step time. Each block builds a fresh model and
+range (min-max), and the plain steps/s and step time; and the main thread's CPU time per step
+over plain's (``time.thread_time``, largest over the ranks: the work the hook adds to the critical
+path, less sensitive to other processes than the wall clock, though they still inflate it). Each block builds a fresh model and
 optimizer (and Dynamix), runs warm-up steps, then times a fixed number of steps (calibrated once
 so that a plain block lasts about ``--block-s``). Timing-sensitive: run under the CPU lock.
 """
@@ -57,8 +59,9 @@ def _model(width: int):  # noqa: ANN202
                                torch.nn.ReLU(), torch.nn.Linear(width, CLASSES))
 
 
-def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> float:
-    """One block of ``variant``: steps/s over ``steps`` timed steps after ``warmup``."""
+def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tuple[float, float]:
+    """One block of ``variant``: (steps/s, main-thread CPU microseconds per step; the largest
+    over the ranks) over ``steps`` timed steps after ``warmup``."""
     import horovod.torch as hvd
     import torch
     import torch.nn.functional as F
@@ -74,17 +77,17 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> fl
         g = torch.Generator().manual_seed(1)
         perm = torch.randperm(len(x), generator=g)
         B, off = BATCH * hvd.size(), BATCH * hvd.rank()
-        t0 = 0.0
+        t0 = c0 = 0.0
         for s in range(total):
             if s == warmup:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
             start = (s * B) % (len(x) - B) + off
             idx = perm[start:start + BATCH]
             loss = F.cross_entropy(model(x[idx]), y[idx])
             dopt.zero_grad()
             loss.backward()
             dopt.step()
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
     else:
         from dynamix_hvd import Dynamix
 
@@ -94,11 +97,11 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> fl
         dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=BATCH, **kw)
         new_api = getattr(dyn, "report", None) is not None
         optimizer = dyn.optimizer
-        s, epoch, t0 = 0, 0, 0.0
+        s, epoch, t0, c0 = 0, 0, 0.0, 0.0
         while s < total:
             for idx in dyn.batches(epoch):
                 if s == warmup:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                 loss = F.cross_entropy(model(x[idx]), y[idx])
                 optimizer.zero_grad()
                 if new_api:          # the loop of a plain Horovod script
@@ -112,12 +115,13 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> fl
                 if s >= total:
                     break
             epoch += 1
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
         dyn._pending.clear()   # noqa: SLF001 - the epoch's iterator is abandoned on purpose
         dyn.close()
     # the slowest rank's time is the job's
-    dt = float(hvd.allreduce(torch.tensor([dt]), op=hvd.Max, name="bench.dt"))
-    return steps / dt
+    dt, cpu = (float(v) for v in hvd.allreduce(torch.tensor([dt, cpu], dtype=torch.float64), op=hvd.Max,
+                                               name="bench.dt"))
+    return steps / dt, 1e6 * cpu / steps
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -130,17 +134,22 @@ def worker(args: argparse.Namespace) -> None:
     data = (torch.randn(200_000, D_IN, generator=g), torch.randint(0, CLASSES, (200_000,), generator=g))
     variants = ["plain", *args.variants.split(",")]
     # calibrate: plain steps per block of about block_s seconds (same count on every rank)
-    rate = _block("plain", args.width, 20, 5, data)
+    rate, _ = _block("plain", args.width, 20, 5, data)
     steps = max(20, int(round(rate * args.block_s)))
     rounds: list[dict[str, float]] = []
+    cpu_rounds: list[dict[str, float]] = []
     for _ in range(args.rounds):
         got: dict[str, list[float]] = {v: [] for v in variants}
+        cpu: dict[str, list[float]] = {v: [] for v in variants}
         for v in variants + variants[::-1]:
-            got[v].append(_block(v, args.width, steps, args.warmup, data))
+            r, c = _block(v, args.width, steps, args.warmup, data)
+            got[v].append(r)
+            cpu[v].append(c)
         rounds.append({v: statistics.fmean(r) for v, r in got.items()})
+        cpu_rounds.append({v: statistics.fmean(c) for v, c in cpu.items()})
     if hvd.rank() == 0:
         print("RESULT " + json.dumps({"np": hvd.size(), "width": args.width, "steps_per_block": steps,
-                                      "rounds": rounds}), flush=True)
+                                      "rounds": rounds, "cpu_us": cpu_rounds}), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,11 +160,19 @@ def summarise(res: dict) -> list[str]:
     p50 = statistics.median(plain)
     lines = [f"np {res['np']}  width {res['width']:5d}  plain {p50:7.1f} steps/s ({1e3 / p50:5.1f} ms/step), "
              f"{len(rounds)} ABBA rounds x {res['steps_per_block']} steps per block"]
+    cpu = res.get("cpu_us")
+    if cpu:
+        lines[0] += f"; plain main-thread CPU {statistics.median(r['plain'] for r in cpu):.0f} us/step"
     for v in rounds[0]:
         if v == "plain":
             continue
         ratios = [r[v] / r["plain"] for r in rounds]
-        lines.append(f"    {v:16s} {statistics.median(ratios):.3f}x  ({min(ratios):.3f}-{max(ratios):.3f})")
+        line = f"    {v:16s} {statistics.median(ratios):.3f}x  ({min(ratios):.3f}-{max(ratios):.3f})"
+        if cpu:
+            extra = [c[v] - c["plain"] for c in cpu]
+            line += (f"   main-thread CPU {statistics.median(extra):+.0f} us/step "
+                     f"({min(extra):+.0f}..{max(extra):+.0f}) over plain")
+        lines.append(line)
     return lines
 
 
