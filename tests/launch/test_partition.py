@@ -64,7 +64,9 @@ def test_long_partition_ends_the_job_naming_the_rank(tmp_path: Path) -> None:
     res = _partition_job(tmp_path, 0.0, timeout=TIMEOUT_S + 90)
     assert res.returncode is not None, "the job hung after the partition:\n" + res.out[-3000:]
     assert res.returncode != 0 and "FINISHED" not in res.out
-    assert re.search(rf"unreachable or frozen: rank {RANK} \(", res.out), res.out[-3000:]
+    m = re.search(rf"dynamix: stall watchdog on rank \d of {WORLD}: .*unreachable or frozen: rank {RANK} \(.*", res.out)
+    assert m, res.out[-3000:]
     took = res.end_after_fault_s
-    print(f"\nlong partition (stall_timeout_s={TIMEOUT_S:g}): job ended {took:.1f} s after the link went down")
+    print(f"\nlong partition (stall_timeout_s={TIMEOUT_S:g}): job ended {took:.1f} s after the link went down; "
+          f"{m.group(0)}")
     assert TIMEOUT_S <= took < TIMEOUT_S + END_SLACK_S, took
