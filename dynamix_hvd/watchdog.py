@@ -192,6 +192,7 @@ class Watchdog:
                  exit_fn: Callable[[int], None] = os._exit) -> None:
         self.rank, self.world, self.sock, self.job = rank, world, sock, job
         self.exit_fn = exit_fn
+        self.pid = os.getpid()          # a forked child (DataLoader worker) must not say goodbye for us
         self.targets = [(k, [(a, port) for a in addrs]) for k, (port, addrs) in enumerate(peers) if k != rank]
         self.step_fn, self.abort_fn, self.out = step_fn, abort_fn, out or sys.stderr
         self.period = heartbeat_period(timeout_s)
@@ -294,7 +295,7 @@ class Watchdog:
 
     def close(self) -> None:
         """Say goodbye (peers stop watching this rank) and stop the thread. Idempotent."""
-        if self._stop.is_set():
+        if self._stop.is_set() or os.getpid() != self.pid:
             return
         self._stop.set()
         try:
