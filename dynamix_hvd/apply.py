@@ -142,30 +142,15 @@ def oom_replan(oom: np.ndarray, bounds: PlanBounds, plans: PlanLog, sl: StepSlic
 
 
 def skip_and_replan(dyn: Any, oom: np.ndarray) -> None:
-    """``optimizer.step()`` when some rank ran out of memory (``Dynamix``: ``dyn``): the update is
-    skipped everywhere, the ranks' caps lowered, and the same step re-split and redone."""
-    if dyn.lag_steps > 0:
-        raise DynamixError(f"rank(s) {np.flatnonzero(oom).tolist()} ran out of memory at batch sizes "
-                           f"{oom[oom > 0].astype(int).tolist()}; redoing a step is not possible while a "
-                           "DataLoader prefetches (num_workers > 0): lower max_batch or use num_workers=0")
-    inner, loc = dyn.hvd_optimizer, dyn.local
+    """``optimizer.step()`` when some rank ran out of memory (Horovod engine): Horovod's
+    allreduces of the discarded gradients drained, the update skipped, then the engine-neutral
+    re-plan (``DynamixCore._replan_after_oom``: caps lowered, the same step re-split and redone)."""
+    inner = dyn.hvd_optimizer
     if not inner._synchronized:              # noqa: SLF001 - drain Horovod's allreduces of the discarded gradients
         inner.synchronize()
     inner._synchronized = False              # noqa: SLF001 - the step is skipped, not taken later
     inner.zero_grad()
-    sl = loc.current[0]  # type: ignore[index]
-    dyn.bounds, plan = oom_replan(oom, dyn.bounds, dyn.sampler.plans, sl, dyn.config.quantum)
-    dyn.sampler.plans = PlanLog(plan)
-    dyn.sampler.epoch, dyn.sampler.cursor, dyn.sampler.step = sl.epoch, sl.start, sl.step
-    if dyn._decider is not None:
-        dyn._decider.update_bounds(dyn.bounds)
-        dyn.log.event({"step": sl.step, "oom": {"ranks": np.flatnonzero(oom > 0).tolist(),
-                                                 "batch": oom[oom > 0].astype(int).tolist(),
-                                                 "max_batch": list(dyn.bounds.max_batch),
-                                                 "plan": list(plan.batch_sizes)}})
-    loc.gns.cancel()
-    loc.current = None
-    loc.redo = True
+    dyn._replan_after_oom(oom)
 
 
 def apply_lr(scaler: LRScaler, optimizer: Any, rule: str, plan: Plan, base_global_batch: int,

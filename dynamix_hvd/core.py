@@ -79,6 +79,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self._t_start = time.perf_counter()
         self.collector = lifecycle.start_collector(cfg.collector_period_ms, self.rank) if cfg.collector else None
         self._excepthook = lifecycle.AbortOnUncaught(self.rank, self.world, self.comm.abort)
+        self._watchdog = lifecycle.start_watchdog(self)    # stall_timeout_s: ends a job stuck on a lost peer
         # close() also runs when the hook is garbage collected or the interpreter exits, so the
         # run log is complete without an explicit close()
         self._res: dict[str, Any] = {}
@@ -87,7 +88,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
 
     def _track(self) -> None:
         self._res.update(log=self.log, progress=self.progress, comm=self.comm, collector=self.collector,
-                         excepthook=self._excepthook)
+                         excepthook=self._excepthook, watchdog=self._watchdog)
 
     def _make_decider(self, controller: Controller | None) -> Decider:
         return Decider(self.config, self.bounds, self.base_global_batch, controller, log_event=self.log.event)
@@ -337,6 +338,8 @@ def _release(res: dict[str, Any]) -> None:
     res["progress"].close()
     res["comm"].free()
     res["excepthook"].restore()
+    if res.get("watchdog") is not None:
+        res["watchdog"].close()
 
 
 class BatchSampler:

@@ -88,16 +88,10 @@ class Dynamix(DynamixCore):
         if hook.buckets == 0:
             self._join_reduction()
         oom: np.ndarray | None = None
-        if hook.flags is not None:
+        if hook.flags is not None:   # (without oom_redo and react no rank ever raises a flag)
             oom, react = hook.read_flags()
             if react is not None:
                 loc.react_ranks = react
-        else:
-            if loc.react_flag:
-                loc.react_ranks = [self.rank]
-            if loc.oom_batch:
-                oom = np.zeros(self.world, dtype=np.int64)
-                oom[self.rank] = loc.oom_batch
         loc.oom_batch = loc.react_flag = 0
         # this rank's compute ended when its last bucket was ready; the rest of backward was waiting
         self._t_compute = hook.t_last if hook.buckets else t_entry
