@@ -189,12 +189,7 @@ def adapt_to_world(dyn: Any) -> None:
     dyn.progress = loc.progress = EpochProgress(dyn.sampler.dataset_size, enabled=cfg.progress and dyn.rank == 0)
     loc.rank, loc.world = dyn.rank, dyn.world
     loc.gns = GradNoise(dyn.rank, dyn.world, cfg.gns_every, cfg.gns_beta, cfg.gns_samples)
-    rehook = getattr(dyn, "_rehook", None)
-    if rehook is not None:           # the engine re-attaches its gradient path to the new world
-        rehook()
-    else:
-        dyn._hooked = bool(dyn.hvd_optimizer._requires_update)   # noqa: SLF001
-        dyn._flags = dyn._make_flags()
+    dyn._rehook()                    # the engine re-attaches its gradient path to the new world
     loc.reset()
     dyn._track()
     if dyn.rank == 0:
