@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from dynamix_hvd.emulate.procs import kill_group
 from dynamix_hvd.emulate.scenario import Scenario, ScenarioError, load_scenario, override
 from dynamix_hvd.runlog import StepRecord, rank_logs, read_decisions, read_evals, read_summary
 from dynamix_hvd.emulate.targets import final_accuracy, format_targets, targets_table
@@ -100,18 +100,6 @@ def network_mode(no_netns: bool) -> tuple[bool, str]:
     return netns_available()
 
 
-def _kill_group(p: subprocess.Popen) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.wait(timeout=5)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
-
-
 def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, use_netns: bool,
             until: str, python: str, log: Any = print, engine: str = "horovod") -> tuple[int, str]:
     """One job of the worker (mpirun, or one torchrun per rank for the ddp engine); returns
@@ -163,10 +151,10 @@ def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, u
                 rc = p.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 log(f"  {controller}: timed out after {timeout:.0f} s; killing the job")
-                _kill_group(p)
+                kill_group(p)
                 rc = 124
             except BaseException:
-                _kill_group(p)
+                kill_group(p)
                 raise
         finally:
             if cluster is not None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import time
 from typing import IO, Any, Sequence
 
 from dynamix_hvd.emulate.netns import RANK_DEV, Cluster
+from dynamix_hvd.emulate.procs import kill_group
 
 
 def node_commands(cluster: Cluster | None, python: str, module_args: Sequence[str], world: int,
@@ -62,19 +62,5 @@ def run_nodes(cmds: list[list[str]], env: dict[str, str], out: IO[str], timeout:
             time.sleep(0.2)
     finally:
         for p in procs:
-            _kill_group(p)
+            kill_group(p)
     return rc or next((p.returncode for p in procs if p.returncode), 0)
-
-
-def _kill_group(p: subprocess.Popen) -> None:
-    if p.poll() is not None:
-        return
-    try:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.wait(timeout=5)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
