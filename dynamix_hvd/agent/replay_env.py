@@ -38,6 +38,7 @@ from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.controllers.ppo import PPOController
 from dynamix_hvd.decide import decide_plan
 from dynamix_hvd.plan import Plan
+from dynamix_hvd.reward import RewardWeights
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, WorldSpec, build_sim
 from dynamix_hvd.safety import MoveLimits
 from dynamix_hvd.state import N_FEATURES, ObsConfig, pad_rows
@@ -75,7 +76,9 @@ class ReplayEnvConfig:
                 "n_range": list(self.n_range), "perturb_prob": self.perturb_prob, "curriculum": self.curriculum,
                 "obs": self.obs.to_dict(), "action": self.action.to_dict(),
                 "history": {"window": self.history} if self.history else None, "n_max": self.n_max,
-                "reward": {"kind": "progress_vs_goodput", "scale": self.reward_scale},
+                # "reward" holds the live fine-tuning reward's weights (defaults); the training reward:
+                "reward": RewardWeights().to_dict(),
+                "replay_reward": {"kind": "progress_vs_goodput", "scale": self.reward_scale},
                 "max_decisions_factor": self.max_decisions_factor}
 
 

@@ -45,14 +45,23 @@ def _file_hash(path: str) -> str:
     return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:12]
 
 
-def _run_task(task: tuple[str, int, str, str, tuple[int, ...]]) -> list[tuple[int, float | None]]:
-    wl, n, trace, ctl, seeds = task
+def _run_task(task: tuple[tuple[str, int, str, str, tuple[int, ...]], list[str], str | None]) -> dict[str, float | None]:
+    (wl, n, trace, ctl, seeds), keys, cache_path = task
     from dynamix_hvd.replay.runner import run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
-    out = []
-    for s in seeds:
+    done: dict = {}
+    if cache_path and Path(cache_path).is_file():     # another evaluation may have run them meanwhile
+        try:
+            done = json.loads(Path(cache_path).read_text())
+        except ValueError:
+            done = {}
+    out = {}
+    for s, k in zip(seeds, keys):
+        if k in done:
+            out[k] = done[k]
+            continue
         sim = build_sim(WorldSpec(wl, n, trace, s))
-        out.append((s, run_one(sim, ctl, s)["time_to_target_s"]))
+        out[k] = run_one(sim, ctl, s)["time_to_target_s"]
     return out
 
 
@@ -95,7 +104,7 @@ def summarise(cells: list[dict[str, Any]], label: str) -> dict[str, Any]:
 
 def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[int], seeds: Sequence[int],
              policies: dict[str, str], loo: dict[str, str], jobs: int = 1, cache_path: str | None = None,
-             verbose: bool = True, baselines: bool = True) -> dict[str, Any]:
+             verbose: bool = True, baselines: bool = True, reverse: bool = False) -> dict[str, Any]:
     cache: dict[str, float | None] = {}
     if cache_path and Path(cache_path).is_file():
         cache = json.loads(Path(cache_path).read_text())
@@ -120,25 +129,25 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
 
     labels = list(BASELINES) + list(policies) + (["loo"] if loo else [])
     tasks = []
-    for wl in workloads:
-        for tr in traces:
-            for n in workers:
+    order = (lambda xs: list(xs)[::-1]) if reverse else list
+    for wl in order(workloads):
+        for tr in order(traces):
+            for n in order(workers):
                 for lb in labels:
                     nm = name_for(lb, wl)
                     if nm is None or (not baselines and lb in BASELINES):
                         continue
-                    todo = tuple(s for s in seeds if key(wl, tr, n, s, lb) not in cache)
-                    if todo:
-                        tasks.append(((wl, n, tr, nm, todo), [key(wl, tr, n, s, lb) for s in todo]))
+                    for s in seeds:      # one episode per task: balanced, and cached as it ends
+                        if key(wl, tr, n, s, lb) not in cache:
+                            tasks.append(((wl, n, tr, nm, (s,)), [key(wl, tr, n, s, lb)]))
     t0 = time.perf_counter()
     if tasks:
         if verbose:
-            print(f"running {sum(len(t[0][4]) for t in tasks)} episodes in {len(tasks)} tasks on {jobs} processes",
+            print(f"running {len(tasks)} episodes on {jobs} processes",
                   flush=True)
         ctx = get_context("fork")
         with ctx.Pool(max(1, jobs)) as pool:
-            for (task, keys), res in zip(tasks, pool.imap(_run_task, [t[0] for t in tasks])):
-                new = {k: v for k, (_, v) in zip(keys, res)}
+            for new in pool.imap(_run_task, [(t, k, cache_path) for t, k in tasks]):
                 cache.update(new)
                 if cache_path:     # after every task: an interrupted evaluation keeps what it ran
                     _write_cache(Path(cache_path), new)
@@ -209,6 +218,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=2, help="worker processes (run under nice -n 15)")
     p.add_argument("--cache", default="runs/replay_eval_cache.json", help="episode cache ('' = none)")
     p.add_argument("--out", default="", help="result JSON")
+    p.add_argument("--reverse", action="store_true",
+                   help="run the cells in reverse order (a second evaluation sharing the cache meets the first)")
     p.add_argument("--policies-only", action="store_true",
                    help="run and cache the policies' episodes only (no baselines, no table)")
 
@@ -225,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     res = evaluate([w for w in args.workloads.split(",") if w], [t for t in args.traces.split(",") if t], workers,
-                   seeds, policies, loo, args.jobs, args.cache or None, baselines=not args.policies_only)
+                   seeds, policies, loo, args.jobs, args.cache or None, baselines=not args.policies_only,
+                   reverse=args.reverse)
     if args.policies_only:
         print(f"cached the policies' episodes in {args.cache} ({res['wall_s']:.0f} s)")
         return 0
