@@ -13,9 +13,6 @@ sim seeds >= 1,000,000, evaluation (``dynamix eval-replay``) seeds below.
 """
 from __future__ import annotations
 
-import csv
-import json
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dynamix_hvd.controllers.policy.actions import ActionConfig
+from dynamix_hvd.agent.run_files import save_run
 from dynamix_hvd.agent.replay_env import REPLAY_SCALES, ReplayEnvConfig, make_replay_env
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES
 from dynamix_hvd.state import ObsConfig
@@ -87,24 +85,14 @@ def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_e
 
     model.learn(total_timesteps=timesteps, callback=Track())
     elapsed = time.perf_counter() - t0
-    model.save(out)
-    stem = out.with_suffix("")
-    with open(f"{stem}_curve.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["timesteps", "mean_return_last50", "mean_time_over_goodput_last50", "wall_s"])
-        w.writerows(curve)
-    _plot(curve, Path(f"{stem}_curve.png"), out.name)
-    import stable_baselines3
-    meta = {"world": "replay", "timesteps": timesteps, "seed": seed, "n_envs": n_envs, "hidden": hidden,
-            "threads": threads, "ppo": REPLAY_PPO, "env": dyn, "wall_s": round(elapsed, 1),
-            "episodes": len(episodes), "pool": pool.summary(),
-            "final_mean_return_last50": curve[-1][1] if curve else None,
-            "final_time_over_goodput_last50": curve[-1][2] if curve else None,
-            "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                         "stable_baselines3": stable_baselines3.__version__, "numpy": np.__version__},
-            "command": command}
-    with open(f"{stem}.json", "w") as fh:
-        json.dump(meta, fh, indent=2)
+    meta = save_run(model, out, curve,
+                    ["timesteps", "mean_return_last50", "mean_time_over_goodput_last50", "wall_s"],
+                    {"world": "replay", "timesteps": timesteps, "seed": seed, "n_envs": n_envs, "hidden": hidden,
+                     "threads": threads, "ppo": REPLAY_PPO, "env": dyn, "wall_s": round(elapsed, 1),
+                     "episodes": len(episodes), "pool": pool.summary(),
+                     "final_mean_return_last50": curve[-1][1] if curve else None,
+                     "final_time_over_goodput_last50": curve[-1][2] if curve else None,
+                     "command": command}, _plot)
     venv.close()
     return meta
 

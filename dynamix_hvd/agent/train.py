@@ -9,9 +9,6 @@ policy's ``dynamix_config``), ``policy.json`` (training configuration, wall time
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ import numpy as np
 from dynamix_hvd.controllers.policy.actions import ANCHORS, ActionConfig
 from dynamix_hvd.agent.env import EnvConfig, make_env
 from dynamix_hvd.agent.reward import RewardWeights
+from dynamix_hvd.agent.run_files import save_run
 from dynamix_hvd.agent.sim import SimConfig
 from dynamix_hvd.state import GROUPS, ObsConfig
 
@@ -102,25 +100,13 @@ def train(env_cfg: EnvConfig, timesteps: int, seed: int, out: Path, n_envs: int 
 
     model.learn(total_timesteps=timesteps, callback=Curve())
     elapsed = time.perf_counter() - t0
-    model.save(out)
-    stem = out.with_suffix("")
-    with open(f"{stem}_curve.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["timesteps", "mean_return_last50", "std_return_last50", "wall_s"])
-        w.writerows(curve)
-    _plot_curve(curve, Path(f"{stem}_curve.png"), title=out.name)
-    import stable_baselines3
-    meta = {
+    meta = save_run(model, out, curve, ["timesteps", "mean_return_last50", "std_return_last50", "wall_s"], {
         "timesteps": timesteps, "seed": seed, "n_envs": n_envs, "hidden": hidden, "threads": threads,
         "ppo": hp, "env": dyn_cfg, "wall_s": round(elapsed, 1),
         "final_mean_return_last50": curve[-1][1] if curve else None,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "stable_baselines3": stable_baselines3.__version__, "numpy": np.__version__},
         "command": f"dynamix train-policy --timesteps {timesteps} --seed {seed} "
                    f"--anchor {env_cfg.action.anchor} --out {out.name}",
-    }
-    with open(f"{stem}.json", "w") as fh:
-        json.dump(meta, fh, indent=2)
+    }, lambda c, path, title: _plot_curve(c, path, title=title))
     venv.close()
     return meta
 
