@@ -6,6 +6,12 @@ come first). It sleeps until the compute phase has lasted ``fixed_ms + per_sampl
 so speed ratios do not depend on this host's cores, and raises ``EmulatedOOM`` when
 ``b > max_batch``, as a GPU would.
 
+A worker with a ``speed_trace`` (``emulate/speedtrace.py``) has its compute time multiplied by
+the trace's value at the current training step: ``(fixed_ms + per_sample_ms * b) x f_r(step)``,
+``f_r(step)`` = row ``(speed_trace_offset + step // speed_trace_steps_per_row) mod T`` of its
+normalised series. ``step`` counts the optimizer steps taken so far (``after_step`` advances it;
+every rank takes the same steps, so every device knows every rank's multiplier: ``true_speeds``).
+
 Timed events are applied on the training clock (evaluation pauses it): compute keys change
 this rank's speed; link keys re-shape this rank's link with ``tc`` (if a ``Link`` is given).
 Where the kernel has no ``sch_netem`` the link latency is emulated here instead:
@@ -20,6 +26,7 @@ from typing import Callable, Sequence
 
 from dynamix_hvd.perfmodel import ring_allreduce_s
 from dynamix_hvd.emulate.scenario import LINK_KEYS, Event, Scenario, WorkerSpec
+from dynamix_hvd.emulate.speedtrace import TraceSchedule
 
 
 try:  # the hook's error type, so its out-of-memory handling catches ours
@@ -93,6 +100,8 @@ class EmulatedDevice:
         self.workers: list[WorkerSpec] = list(scenario.workers)
         self._pending: list[Event] = sorted(scenario.events, key=lambda e: e.at_s)
         self.applied: list[tuple[float, Event]] = []   # (training time, event)
+        self.traces = TraceSchedule(scenario.workers, scenario.seed)
+        self.steps = 0                         # optimizer steps taken (the speed traces' clock)
         self.padding_s = 0.0                   # total time slept to emulate compute
         self.latency_s = 0.0                   # total time slept to emulate link latency
 
@@ -114,6 +123,14 @@ class EmulatedDevice:
             due.append(ev)
         return due
 
+    def factor(self, rank: int | None = None) -> float:
+        """Rank's speed-trace multiplier at the current step (1 without a trace)."""
+        return self.traces.factor(self.rank if rank is None else rank, self.steps)
+
+    def compute_s(self, batch_size: int) -> float:
+        """This rank's emulated compute time for ``batch_size`` samples at the current step."""
+        return self.spec.compute_s(batch_size) * self.factor()
+
     def check_memory(self, batch_size: int) -> None:
         if batch_size > self.spec.max_batch:
             raise EmulatedOOM(self.rank, batch_size, self.spec.max_batch)
@@ -122,13 +139,15 @@ class EmulatedDevice:
         """Raise EmulatedOOM if the batch does not fit, else sleep the compute padding."""
         self.poll_events()
         self.check_memory(batch_size)
-        pad = self.spec.compute_s(batch_size) - elapsed_s
+        pad = self.compute_s(batch_size) - elapsed_s
         if pad > 0:
             self._sleep(pad)
             self.padding_s += pad
 
     def after_step(self) -> None:
-        """Sleep the emulated link latency of this step's allreduce (only without netem)."""
+        """End of an optimizer step: advance the step count (speed traces); sleep the emulated link
+        latency of this step's allreduce (only without netem)."""
+        self.steps += 1
         if not self.emulate_latency or self.scenario.world_size < 2:
             return
         lat = ring_latency_s([w.latency_ms for w in self.workers])
@@ -137,8 +156,8 @@ class EmulatedDevice:
             self.latency_s += lat
 
     def true_speeds(self) -> list[float]:
-        """Every rank's current true samples/s (marginal): the oracle's ``speed_fn``."""
-        return [w.samples_per_s for w in self.workers]
+        """Every rank's current true samples/s (marginal, speed trace included): the oracle's ``speed_fn``."""
+        return [w.samples_per_s / self.factor(r) for r, w in enumerate(self.workers)]
 
     def max_batches(self) -> list[int]:
         return [w.max_batch for w in self.workers]

@@ -18,10 +18,18 @@ raises ``ScenarioError`` whose message names the key (``workers[2].per_sample_ms
     bandwidth_mbit = 1000       # this rank's link, both directions
     latency_ms = 0.1            # one-way delay added by this rank's link
 
+    speed_trace = "traces/job_3_norm.csv"   # optional: a PAI per-worker trace (path relative to
+    speed_trace_worker = 7      # this file) and the id of the worker it replays; or "cov:FILE"
+    speed_trace_steps_per_row = 10          # (the CoV table, drawn with speed_trace_seed); the
+    speed_trace_offset = 0      # compute time x the trace's value at row offset + step // steps_per_row
+
     [[events]]
     at_s = 20                   # training-clock seconds (evaluation pauses the clock)
     rank = 1
-    per_sample_ms = 2.0         # any worker key with its new value
+    per_sample_ms = 2.0         # any numeric worker key with its new value (not the speed_trace keys)
+
+Top level ``grad_mb`` (default 0): an extra gradient payload of that many megabytes (10^6 bytes)
+allreduced every step with the model's own gradients (``emulate.payload``).
 """
 from __future__ import annotations
 
@@ -49,6 +57,11 @@ class WorkerSpec:
     max_batch: int = 1024
     bandwidth_mbit: float = 1000.0
     latency_ms: float = 0.0
+    speed_trace: str = ""                 # absolute path, or "cov:" + absolute path; "" = none
+    speed_trace_worker: int | None = None  # PAI file: the worker id replayed
+    speed_trace_steps_per_row: int | None = None  # None: the file's sampling interval
+    speed_trace_offset: int = 0           # first trace row
+    speed_trace_seed: int | None = None   # cov: the draw's seed (None: the scenario's seed)
 
     def compute_s(self, batch_size: int) -> float:
         """The emulated duration of one forward+backward on ``batch_size`` samples."""
@@ -88,6 +101,7 @@ class Scenario:
     eval_every_steps: int = 10   # steps between test-set evaluations (clock paused)
     lr: float = 0.01
     min_global_batch: int | None = None  # the hook's floor on B (None: its default, base_batch * N // 2)
+    grad_mb: float = 0.0         # extra gradient payload allreduced every step, megabytes (10^6 bytes)
     source: str = ""             # file it was read from, if any
 
     @property
@@ -136,6 +150,13 @@ WORKER_KEYS: dict[str, tuple[type, Any, str]] = {
     "bandwidth_mbit": (float, _pos, "> 0"),
     "latency_ms": (float, _nonneg, ">= 0"),
 }
+TRACE_KEYS: dict[str, tuple[type, Any, str]] = {
+    "speed_trace": (str, bool, "a non-empty path (PAI per-worker file) or cov:PATH (CoV table)"),
+    "speed_trace_worker": (int, _nonneg, ">= 0"),
+    "speed_trace_steps_per_row": (int, _pos, ">= 1"),
+    "speed_trace_offset": (int, _nonneg, ">= 0"),
+    "speed_trace_seed": (int, _nonneg, ">= 0"),
+}
 LINK_KEYS = ("bandwidth_mbit", "latency_ms")
 REQUIRED_WORKER_KEYS = ("fixed_ms", "per_sample_ms")
 
@@ -151,6 +172,7 @@ TOP_KEYS: dict[str, tuple[type, Any, str]] = {
     "eval_every_steps": (int, _pos, ">= 1"),
     "lr": (float, _pos, "> 0"),
     "min_global_batch": (int, _pos, ">= 1"),
+    "grad_mb": (float, _nonneg, ">= 0"),
 }
 REQUIRED_TOP_KEYS = ("name", "workload", "target_accuracy", "max_time_s", "base_batch", "seed")
 TABLE_KEYS = ("workers", "events")
@@ -184,8 +206,55 @@ def _unknown(where: str, keys: Any, allowed: Any) -> None:
         raise ScenarioError(f"unknown key {prefix}{extra[0]}; allowed: {sorted(allowed)}")
 
 
-def scenario_from_dict(doc: Mapping[str, Any], source: str = "") -> Scenario:
-    """Validate a parsed TOML document and build the Scenario."""
+def _trace_keys(where: str, w: Mapping[str, Any], base_dir: Path) -> dict[str, Any]:
+    """Validate a worker's speed_trace keys (loading the file); returns the WorkerSpec fields."""
+    from dynamix_hvd.emulate import speedtrace
+    from dynamix_hvd.traces import TraceError
+
+    got = {k: _value(f"{where}.{k}", w[k], TRACE_KEYS[k]) for k in TRACE_KEYS if k in w}
+    if "speed_trace" not in got:
+        if got:
+            k = sorted(got)[0]
+            raise ScenarioError(f"{where}.{k} = {got[k]!r}: needs {where}.speed_trace")
+        return {}
+    raw = got["speed_trace"]
+    cov = raw.startswith("cov:")
+    rel = raw[4:] if cov else raw
+    path = Path(rel) if Path(rel).is_absolute() else (base_dir / rel)
+    spec = ("cov:" if cov else "") + str(path.resolve())
+    try:
+        speedtrace.load_trace(spec)
+    except (TraceError, OSError, ValueError) as exc:
+        raise ScenarioError(f"{where}.speed_trace = {raw!r}: {exc}") from None
+    if cov:
+        if "speed_trace_worker" in got:
+            raise ScenarioError(f"{where}.speed_trace_worker = {got['speed_trace_worker']}: only for a PAI "
+                                f"per-worker file; with cov: each rank takes its own column of the draw")
+    else:
+        if "speed_trace_seed" in got:
+            raise ScenarioError(f"{where}.speed_trace_seed = {got['speed_trace_seed']}: only for cov:FILE "
+                                f"(a PAI file is replayed as measured)")
+        if "speed_trace_worker" not in got:
+            raise ScenarioError(f"missing key {where}.speed_trace_worker (the worker id to replay from "
+                                f"{raw!r}; ids: {list(speedtrace.worker_ids(spec))})")
+        ids = speedtrace.worker_ids(spec)
+        if got["speed_trace_worker"] not in ids:
+            raise ScenarioError(f"{where}.speed_trace_worker = {got['speed_trace_worker']}: no such worker in "
+                                f"{raw!r}; ids: {list(ids)}")
+    rows = speedtrace.n_rows(spec)
+    if got.get("speed_trace_offset", 0) >= rows:
+        raise ScenarioError(f"{where}.speed_trace_offset = {got['speed_trace_offset']}: must be < the "
+                            f"trace's {rows} rows")
+    got["speed_trace"] = spec
+    return got
+
+
+def scenario_from_dict(doc: Mapping[str, Any], source: str = "", base_dir: Path | None = None) -> Scenario:
+    """Validate a parsed TOML document and build the Scenario. Relative ``speed_trace`` paths are
+    taken from ``base_dir`` (default: the source file's directory, else the working directory)."""
+    if base_dir is None:
+        src = Path(source) if source else None
+        base_dir = src.parent if src is not None and src.is_file() else Path.cwd()
     _unknown("", doc, (*TOP_KEYS, *TABLE_KEYS))
     for k in REQUIRED_TOP_KEYS:
         if k not in doc:
@@ -200,11 +269,12 @@ def scenario_from_dict(doc: Mapping[str, Any], source: str = "") -> Scenario:
         where = f"workers[{r}]"
         if not isinstance(w, dict):
             raise ScenarioError(f"{where}: must be a table")
-        _unknown(where, w, WORKER_KEYS)
+        _unknown(where, w, (*WORKER_KEYS, *TRACE_KEYS))
         for k in REQUIRED_WORKER_KEYS:
             if k not in w:
                 raise ScenarioError(f"missing key {where}.{k}")
-        workers.append(WorkerSpec(**{k: _value(f"{where}.{k}", v, WORKER_KEYS[k]) for k, v in w.items()}))
+        fields = {k: _value(f"{where}.{k}", v, WORKER_KEYS[k]) for k, v in w.items() if k in WORKER_KEYS}
+        workers.append(WorkerSpec(**fields, **_trace_keys(where, w, base_dir)))
     if top["base_batch"] > min(w.max_batch for w in workers):
         raise ScenarioError(
             f"base_batch = {top['base_batch']}: must be <= every workers[i].max_batch "
@@ -218,6 +288,10 @@ def scenario_from_dict(doc: Mapping[str, Any], source: str = "") -> Scenario:
         where = f"events[{i}]"
         if not isinstance(e, dict):
             raise ScenarioError(f"{where}: must be a table")
+        bad = sorted(set(e) & set(TRACE_KEYS))
+        if bad:
+            raise ScenarioError(f"{where}.{bad[0]}: events change numeric worker keys only "
+                                f"{sorted(WORKER_KEYS)}, not the speed trace")
         _unknown(where, e, ("at_s", "rank", *WORKER_KEYS))
         for k in ("at_s", "rank"):
             if k not in e:

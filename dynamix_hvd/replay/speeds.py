@@ -54,6 +54,7 @@ class SpeedTrace:
     series: np.ndarray | None = None  # pai: (T, W) relative times
     cov: list[np.ndarray] | None = None
     stride: int = 1
+    workers: tuple[int, ...] = ()    # pai: the file's worker ids, one per column of ``series``
 
 
 def load_speed_trace(spec: str, norm: str = "job") -> SpeedTrace:
@@ -64,7 +65,7 @@ def load_speed_trace(spec: str, norm: str = "job") -> SpeedTrace:
         path = spec[4:]
         return SpeedTrace("cov", f"cov:{path}", cov=load_cov(path), stride=COV_STRIDE)
     job: PaiJob = load_pai_job(spec)
-    return SpeedTrace("pai", spec, series=job.normalised(norm), stride=job.stride)
+    return SpeedTrace("pai", spec, series=job.normalised(norm), stride=job.stride, workers=job.workers)
 
 
 class Fluctuation:
