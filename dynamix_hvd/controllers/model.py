@@ -23,6 +23,15 @@ made the smallest global batch look best: live, on the overhead-dominated ResNet
 restart sent the goodput plan from B=257 to 64 and cost accuracy. Instead the rank keeps the
 fit it had before the change, scaled by one factor to the new observations (``fit_scaled``):
 a slowdown is assumed to stretch fixed and per-sample cost alike until two sizes say otherwise.
+
+Each observation is weighted by its precision, 1 / (r^2 + ``WEIGHT_FLOOR``^2) with r the
+interval's relative standard error (``WorkerStats.compute_se_s / compute_s``): the first interval
+of a job (warm-up) or one disturbed by another process on the node is much noisier than the next,
+and an equal-weight mean of the two gave a split far from equal time. Live (hetero6_bn, session 9),
+a first interval at 13-20% standard error and a second at 1-4% made the fitted speed ratio of the
+slowest and fastest ranks 1.76 where it is 2.45, so the first re-split moved only half way and the
+next waited for evidence. Observations of equal precision (the simulators report one relative error
+for all) keep equal weights: the fit is then plain least squares.
 """
 from __future__ import annotations
 
@@ -38,46 +47,62 @@ if TYPE_CHECKING:
     from dynamix_hvd.records import ClusterState
 
 
-def _points(b: Sequence[float], t: Sequence[float]) -> list[tuple[float, float]]:
-    """The usable (b, t) pairs: finite and positive."""
-    return [(float(x), float(y)) for x, y in zip(b, t)
-            if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0]
+WEIGHT_FLOOR = 0.02      # relative error below which observations count alike (interval-to-interval scatter)
 
 
-def fit_affine(b: Sequence[float], t: Sequence[float]) -> tuple[float, float]:
-    """(alpha, beta) of t = alpha + beta * b, with alpha >= 0 and beta > 0.
+def precision_weight(rel_se: float) -> float:
+    """Weight of one interval's mean compute time, in (0, 1]: FLOOR^2 / (rel_se^2 + FLOOR^2)
+    (``WEIGHT_FLOOR``), the inverse variance scaled so that a precise interval, or one of unknown
+    (NaN) error, weighs 1."""
+    r = float(rel_se) if math.isfinite(rel_se) and rel_se > 0 else 0.0
+    f2 = WEIGHT_FLOOR * WEIGHT_FLOOR
+    return f2 / (r * r + f2)
+
+
+def _points(b: Sequence[float], t: Sequence[float],
+            w: Sequence[float] | None = None) -> list[tuple[float, float, float]]:
+    """The usable (b, t, weight) triples: b and t finite and positive (weight 1 without ``w``)."""
+    ws = [1.0] * len(b) if w is None else w
+    return [(float(x), float(y), float(v)) for x, y, v in zip(b, t, ws)
+            if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0 and math.isfinite(v) and v > 0]
+
+
+def fit_affine(b: Sequence[float], t: Sequence[float], w: Sequence[float] | None = None) -> tuple[float, float]:
+    """(alpha, beta) of t = alpha + beta * b, with alpha >= 0 and beta > 0, weighted least squares
+    (weights ``w``, default equal).
 
     With fewer than two distinct sizes (or a fit with a negative slope) the fixed cost is not
-    identifiable and ``alpha = 0`` (time proportional to the batch). Plain Python over the
-    (<= ``history``) points: numpy's per-call overhead dominated the simulator's training loop,
-    which fits every rank at every decision."""
-    pts = _points(b, t)
+    identifiable and ``alpha = 0`` (time proportional to the batch: beta is the weighted mean of
+    t / b). Plain Python over the (<= ``history``) points: numpy's per-call overhead dominated the
+    simulator's training loop, which fits every rank at every decision."""
+    pts = _points(b, t, w)
     if not pts:
         return math.nan, math.nan
     bs = [p[0] for p in pts]
+    sw = sum(p[2] for p in pts)
     if identified(bs):
-        # ordinary least squares in closed form (what np.polyfit(b, t, 1) returns)
-        n = len(pts)
-        bm = sum(bs) / n
-        tm = sum(p[1] for p in pts) / n
-        sxx = sum((x - bm) ** 2 for x in bs)
-        beta = sum((x - bm) * (y - tm) for x, y in pts) / sxx
+        # weighted least squares in closed form (np.polyfit(b, t, 1, w=sqrt(w)))
+        bm = sum(v * x for x, _, v in pts) / sw
+        tm = sum(v * y for _, y, v in pts) / sw
+        sxx = sum(v * (x - bm) ** 2 for x, _, v in pts)
+        beta = sum(v * (x - bm) * (y - tm) for x, y, v in pts) / sxx
         alpha = tm - beta * bm
         if beta > 0 and alpha >= 0:
             return alpha, beta
         if beta > 0:
-            return 0.0, sum(x * y for x, y in pts) / sum(x * x for x in bs)
-    return 0.0, sum(y / x for x, y in pts) / len(pts)
+            return 0.0, sum(v * x * y for x, y, v in pts) / sum(v * x * x for x, _, v in pts)
+    return 0.0, sum(v * y / x for x, y, v in pts) / sw
 
 
-def fit_scaled(prior: tuple[float, float], b: Sequence[float], t: Sequence[float]) -> tuple[float, float]:
-    """(s * alpha0, s * beta0): the prior fit scaled by the least-squares factor s to the points."""
+def fit_scaled(prior: tuple[float, float], b: Sequence[float], t: Sequence[float],
+               w: Sequence[float] | None = None) -> tuple[float, float]:
+    """(s * alpha0, s * beta0): the prior fit scaled by the (weighted) least-squares factor s to the points."""
     a0, b0 = prior
-    pts = _points(b, t)
+    pts = _points(b, t, w)
     if not pts:
         return math.nan, math.nan
-    p = [a0 + b0 * x for x, _ in pts]
-    scale = sum(pi * y for pi, (_, y) in zip(p, pts)) / sum(pi * pi for pi in p)
+    p = [a0 + b0 * x for x, _, _ in pts]
+    scale = sum(v * pi * y for pi, (_, y, v) in zip(p, pts)) / sum(v * pi * pi for pi, (_, _, v) in zip(p, pts))
     return scale * a0, scale * b0
 
 
@@ -131,8 +156,22 @@ def equal_time_splits(alpha: np.ndarray, beta: np.ndarray, totals: Sequence[floa
     return np.clip((T[:, None] - alpha) * inv, lo, hi)
 
 
+def _triple(p: Sequence[float]) -> tuple[float, float, float]:
+    """A stored observation as (b, t, relative standard error); (b, t) from an older checkpoint
+    gets an unknown (NaN) error."""
+    return (float(p[0]), float(p[1]), float(p[2]) if len(p) > 2 else math.nan)
+
+
+def _combined_rel_se(points: Sequence[tuple[float, float, float]]) -> float:
+    """Relative error of the precision-weighted mean of ``points`` (0 when none is known)."""
+    inv = sum(1.0 / (r * r) for _, _, r in points if math.isfinite(r) and r > 0)
+    if inv == 0 or any(not (math.isfinite(r) and r > 0) for _, _, r in points):
+        return 0.0
+    return math.sqrt(1.0 / inv)
+
+
 class ComputeModel:
-    """Bounded (b, t) history per rank, change detection, and the fitted (alpha, beta)."""
+    """Bounded (b, t, weight) history per rank, change detection, and the fitted (alpha, beta)."""
 
     def __init__(self, history: int = 16, change_tol: float = 0.3) -> None:
         if history < 1:
@@ -141,17 +180,21 @@ class ComputeModel:
             raise ValueError(f"change_tol={change_tol}: must be > 0")
         self.history, self.change_tol = int(history), float(change_tol)
         self.obs: list[deque] = []
-        self.pending: list = []    # per rank: (sign, (b, t)) of an unconfirmed deviation, or None
+        self.pending: list = []    # per rank: (sign, (b, t, weight)) of an unconfirmed deviation, or None
         self.prior: list = []      # per rank: the (alpha, beta) fitted before the last restart, or None
         self.resets = 0
         self._fit: tuple[np.ndarray, np.ndarray] | None = None   # fit() of the current history
 
-    def add(self, sizes: Sequence[float], times: Sequence[float], changed: Sequence[int] | None = None) -> None:
+    def add(self, sizes: Sequence[float], times: Sequence[float], changed: Sequence[int] | None = None,
+            rel_se: Sequence[float] | None = None) -> None:
         """Record one interval's per-rank batch sizes and compute times (NaN times are skipped).
 
         ``changed[i]`` true: rank i's own step-by-step detector saw its compute time change
         within the interval and ``times[i]`` covers only the steps since (see ``react``), so
-        the history restarts from this observation without waiting for a second one."""
+        the history restarts from this observation without waiting for a second one.
+        ``rel_se[i]``: the relative standard error of ``times[i]``; the fit weights the
+        observation by ``precision_weight`` of it (equal weights without), and a deviation
+        within three combined standard errors is noise, not a change."""
         self._fit = None
         if len(self.obs) != len(sizes):
             self.obs = [deque(maxlen=self.history) for _ in sizes]
@@ -161,30 +204,33 @@ class ComputeModel:
             b, t = float(b), float(t)
             if not (math.isfinite(t) and t > 0 and b > 0):
                 continue
+            r = float(rel_se[i]) if rel_se is not None else math.nan
+            pt = (b, t, r if math.isfinite(r) and r > 0 else math.nan)
             d = self.obs[i]
             if changed is not None and changed[i] and d:
-                self._restart(i, [(b, t)])
+                self._restart(i, [pt])
                 continue
-            dev = self._deviation(d, b, t) if d else 0
+            dev = self._deviation(d, b, t, pt[2]) if d else 0
             held = self.pending[i]
             if dev != 0 and held is not None and dev == held[0]:
                 # two deviations in a row in the same direction: the rank changed; the history
                 # restarts from the observations made since the change
-                self._restart(i, [held[1], (b, t)])
+                self._restart(i, [held[1], pt])
             elif dev != 0:
                 # a suspect observation is held back (not fitted) until the next one confirms it
-                self.pending[i] = (dev, (b, t))
+                self.pending[i] = (dev, pt)
             else:
                 self.pending[i] = None
-                d.append((b, t))
+                d.append(pt)
 
     def add_state(self, state: "ClusterState") -> None:
         """``add`` for one decision's state: the plan's sizes, each rank's compute time and
-        ``changed`` flag."""
+        ``changed`` flag, and the relative standard error of that time (the fit's weight)."""
         self.add(state.plan.batch_sizes, [w.compute_s for w in state.workers],
-                 changed=[w.changed for w in state.workers])
+                 changed=[w.changed for w in state.workers],
+                 rel_se=[w.compute_se_s / w.compute_s if w.compute_s > 0 else math.nan for w in state.workers])
 
-    def _restart(self, i: int, points: list[tuple[float, float]]) -> None:
+    def _restart(self, i: int, points: list[tuple[float, float, float]]) -> None:
         """Rank i changed: its history restarts from ``points``; the fit before the change is
         the prior until the new history identifies a fixed cost."""
         alpha, beta = self._fit_rank(i)
@@ -194,27 +240,32 @@ class ComputeModel:
         self.resets += 1
         self.pending[i] = None
 
-    def _deviation(self, d: deque, b: float, t: float) -> int:
+    def _deviation(self, d: deque, b: float, t: float, r: float = math.nan) -> int:
         """+1/-1 when t is further from the history's prediction than the tolerance, else 0.
 
-        The tolerance is ``change_tol`` or three times the history's own relative scatter,
-        whichever is larger, so measurement noise alone does not look like a change."""
+        The tolerance is the largest of ``change_tol``, three times the history's own relative
+        scatter and three times the combined standard error of t (``r``) and of the history
+        it is compared with, so measurement noise alone does not look like a change."""
         bs = [p[0] for p in d]
         ts = [p[1] for p in d]
         if identified(bs):
-            alpha, beta = fit_affine(bs, ts)
-            rel = [abs(y / (alpha + beta * x) - 1.0) for x, y in d]
+            alpha, beta = fit_affine(bs, ts, [precision_weight(p[2]) for p in d])
+            rel = [abs(y / (alpha + beta * x) - 1.0) for x, y, _ in d]
             pred = alpha + beta * b
+            r_pred = _combined_rel_se(list(d))
         else:
-            same = [y for x, y in d if abs(x - b) <= 0.05 * b]
+            same = [p for p in d if abs(p[0] - b) <= 0.05 * b]
             if not same:
                 return 0
-            pred = statistics.median(same)
-            rel = [abs(y / pred - 1.0) for y in same]
-        rel = [r for r in rel if math.isfinite(r)]
+            pred = statistics.median([p[1] for p in same])
+            rel = [abs(p[1] / pred - 1.0) for p in same]
+            r_pred = _combined_rel_se(same)
+        rel = [x for x in rel if math.isfinite(x)]
         tol = self.change_tol
         if len(rel) >= 4:
             tol = max(tol, 3.0 * 1.4826 * statistics.median(rel))
+        if math.isfinite(r):
+            tol = max(tol, 3.0 * math.sqrt(r * r + r_pred * r_pred))
         if pred <= 0 or abs(t - pred) <= tol * pred:
             return 0
         return 1 if t > pred else -1
@@ -241,10 +292,11 @@ class ComputeModel:
 
     def _fit_rank(self, i: int) -> tuple[float, float]:
         bs, ts = [p[0] for p in self.obs[i]], [p[1] for p in self.obs[i]]
+        ws = [precision_weight(p[2]) for p in self.obs[i]]
         prior = self.prior[i]
         if prior is not None and not identified(bs):
-            return fit_scaled(prior, bs, ts)
-        return fit_affine(bs, ts)
+            return fit_scaled(prior, bs, ts, ws)
+        return fit_affine(bs, ts, ws)
 
     def state_dict(self) -> dict[str, Any]:
         return {"obs": [list(d) for d in self.obs], "prior": [None if p is None else list(p) for p in self.prior],
@@ -252,8 +304,9 @@ class ComputeModel:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._fit = None
-        self.obs = [deque((tuple(p) for p in d), maxlen=self.history) for d in state.get("obs", [])]
-        self.pending = [None if p is None else (int(p[0]), tuple(p[1]))
+        # (b, t) pairs of a checkpoint from before the weights: equal weights
+        self.obs = [deque((_triple(p) for p in d), maxlen=self.history) for d in state.get("obs", [])]
+        self.pending = [None if p is None else (int(p[0]), _triple(p[1]))
                         for p in state.get("pending", [None] * len(self.obs))]
         self.prior = [None if p is None else (float(p[0]), float(p[1]))
                       for p in state.get("prior", [None] * len(self.obs))]
@@ -301,7 +354,7 @@ def rel_uncertainty(model: "ComputeModel", state: "ClusterState") -> np.ndarray:
         hist = list(model.obs[i]) if i < len(model.obs) else []
         if len(hist) >= 2:
             a, b = model._fit_rank(i)
-            rel = [y / (a + b * x) - 1.0 for x, y in hist if a + b * x > 0]
+            rel = [y / (a + b * x) - 1.0 for x, y, _ in hist if a + b * x > 0]
             across = math.sqrt(sum(r * r for r in rel) / max(len(rel) - 1, 1)) / math.sqrt(len(rel)) if rel else 0.0
         elif w.changed:
             across = 0.0
