@@ -162,7 +162,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
                 "dynamix_hvd reads checkpoints with torch.load(weights_only=True) and never runs code from a file; "
                 "this one was tampered with, is not a dynamix checkpoint, or was written by a dynamix_hvd version "
                 "older than plain-data checkpoints (re-create it with this version)") from exc
-        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: {exc}") from exc
+        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: {_load_failure(exc)}") from exc
     if not isinstance(payload, dict) or "dynamix" not in payload:
         raise CheckpointError(f"checkpoint {path} has no 'dynamix' section: not written by dynamix_hvd")
     _upgrade_finetune_blob(payload, path)
@@ -180,6 +180,17 @@ def refusal_reason(exc: BaseException) -> str | None:
         return f"a pickled reference to {m.group(1)}"
     m = re.search(r"WeightsUnpickler error: ([^\n]+)", text)
     return m.group(1).strip() if m else "objects the weights-only unpickler does not allow"
+
+
+def _load_failure(exc: BaseException) -> str:
+    """A corrupt file's load error in one line, without torch's advice to retry with
+    ``weights_only=False`` (which would run whatever the file holds)."""
+    text = str(exc)
+    m = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
+    if "Weights only load failed" in text and m:
+        return f"not a torch checkpoint ({m.group(1).strip()})"
+    first = text.strip().split("\n")[0].split(". ")[0][:200]
+    return f"{type(exc).__name__}: {first or 'empty or truncated file'}"
 
 
 def _upgrade_finetune_blob(payload: dict[str, Any], path: Path) -> None:

@@ -44,9 +44,16 @@ def cases() -> list[tuple[str, Callable[[], object]]]:
         ("config unknown keyword `batch=3`", lambda: DynamixConfig.load(env={}, batch=3)),
         ("config `accumulation=0`", lambda: DynamixConfig.load(env={}, accumulation=0)),
         ("config `guard_drop=2`", lambda: DynamixConfig.load(env={}, guard_drop=2.0)),
+        ("config `stall_timeout_s=-5` (negative)", lambda: DynamixConfig.load(env={}, stall_timeout_s=-5)),
+        ("config `stall_timeout_s=0.5` (neither 0 = off nor >= 1 s)",
+         lambda: DynamixConfig.load(env={}, stall_timeout_s=0.5)),
+        ("config `stall_timeout_s='60'` (a string)", lambda: DynamixConfig.load(env={}, stall_timeout_s="60")),
+        ("config `stall_timeout_s=nan`", lambda: DynamixConfig.load(env={}, stall_timeout_s=float("nan"))),
         ("env `DYNAMIX_DEADBAND=x`", lambda: DynamixConfig.load(env={"DYNAMIX_DEADBAND": "x"})),
         ("env `DYNAMIX_SHUFFLE=maybe`", lambda: DynamixConfig.load(env={"DYNAMIX_SHUFFLE": "maybe"})),
         ("env `DYNAMIX_MAX_BATCH=64,abc`", lambda: DynamixConfig.load(env={"DYNAMIX_MAX_BATCH": "64,abc"})),
+        ("env `DYNAMIX_STALL_TIMEOUT_S=soon`", lambda: DynamixConfig.load(env={"DYNAMIX_STALL_TIMEOUT_S": "soon"})),
+        ("env `DYNAMIX_STALL_TIMEOUT_S=-3`", lambda: DynamixConfig.load(env={"DYNAMIX_STALL_TIMEOUT_S": "-3"})),
         ("config file that does not exist", lambda: DynamixConfig.load(TMP / "nope.toml", env={})),
         ("config file with broken TOML", lambda: DynamixConfig.load(f("broken.toml", "base_batch = ["), env={})),
         ("config file with unknown key", lambda: DynamixConfig.load(f("unk.toml", "batchsize = 3\n"), env={})),
@@ -72,6 +79,7 @@ def cases() -> list[tuple[str, Callable[[], object]]]:
         ("scenario event for rank 7 of 1", lambda: parse_scenario(head + ok_workers + "[[events]]\nat_s = 1\nrank = 7\nfixed_ms = 2\n")),
         ("scenario file that does not exist", lambda: load_scenario(TMP / "missing.toml")),
         ("scenario file with broken TOML", lambda: load_scenario(f("s.toml", "name = "))),
+        *trace_cases(),
         ("PPO policy file that does not exist", lambda: make_controller("ppo", b2, 8, policy=str(TMP / "p.zip"))),
         ("PPO policy file that is not a zip", lambda: make_controller("ppo", b2, 8, policy=str(f("p.zip", b"junk")))),
         *unsafe_file_cases(b2),
@@ -147,6 +155,22 @@ def _full_disk_checkpoint() -> None:
         checkpoint.save(disk / "ck.pt", {"dynamix": {}, "model": {"w": torch.zeros(16384)}})   # 64 KiB of weights
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def trace_cases() -> list[tuple[str, Callable[[], object]]]:
+    """Measured-trace files (dynamix_hvd/traces: PAI mini-batch times, Pollux workloads)."""
+    from dynamix_hvd.traces.pai import load_pai_job
+    from dynamix_hvd.traces.pollux import load_pollux
+    hdr = "worker,time,batch_time_norm\n"
+    return [
+        ("PAI trace file that does not exist", lambda: load_pai_job(TMP / "job_9_norm.csv")),
+        ("PAI trace without the `batch_time_norm` column", lambda: load_pai_job(f("nocol.csv", "worker,time\n0,1\n"))),
+        ("PAI trace with a non-numeric cell", lambda: load_pai_job(f("nan.csv", hdr + "0,1,0.5\n0,2,fast\n"))),
+        ("PAI trace whose time goes backwards for a worker",
+         lambda: load_pai_job(f("back.csv", hdr + "0,1,0.5\n0,3,0.6\n0,2,0.7\n"))),
+        ("PAI trace with a negative batch time", lambda: load_pai_job(f("neg.csv", hdr + "0,1,0.5\n0,2,-1\n"))),
+        ("Pollux workload directory that does not exist", lambda: load_pollux(TMP / "no_workload")),
+    ]
 
 
 def unsafe_file_cases(b2: object) -> list[tuple[str, Callable[[], object]]]:

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -99,6 +100,21 @@ def test_old_checkpoint_needing_pickle_is_refused_with_the_reason(tmp_path):
     path = tmp_path / "old.pt"
     path.write_bytes(_torch_bytes({"dynamix": {"noise": {"s_ema": np.float64(1.0)}}}))
     _check_refused(path, match=r"numpy._core.multiarray.scalar.*older than plain-data checkpoints")
+
+
+@pytest.mark.parametrize("data,why", [(b"\x00garbage", r"not a torch checkpoint \(Unsupported operand 0\)"),
+                                      (b"", "empty or truncated file"),
+                                      (b"PK\x03\x04cut", "not a ZIP archive")])
+def test_corrupt_checkpoint_error_names_the_file_and_never_advises_unsafe_loading(tmp_path, data, why):
+    """torch's weights-only failure text suggests re-running with weights_only=False (which would
+    run whatever the file holds): a corrupt file's error is one line without that advice."""
+    path = tmp_path / "bad.pt"
+    path.write_bytes(data)
+    with pytest.raises(ckpt.CheckpointError) as err:
+        ckpt.load(path)
+    msg = str(err.value)
+    assert msg.startswith(f"checkpoint {path} is corrupt or unreadable: ") and re.search(why, msg), msg
+    assert "weights_only" not in msg and "\n" not in msg, msg
 
 
 def test_save_refuses_non_plain_state_naming_the_key(tmp_path):

@@ -121,9 +121,14 @@ def test_config_field_and_environment_variable() -> None:
     assert "DYNAMIX_STALL_TIMEOUT_S" in env_var_names()
     assert DynamixConfig.load(env={"DYNAMIX_STALL_TIMEOUT_S": "8"}).stall_timeout_s == 8.0
     assert DynamixConfig.load(env={"DYNAMIX_STALL_TIMEOUT_S": "0"}).stall_timeout_s == 0.0
-    for bad in (0.5, -1, True, "60"):
-        with pytest.raises(ConfigError, match="stall_timeout_s"):
+    for bad, shown in ((0.5, "0.5"), (-1, "-1"), (True, "True"), ("60", "'60'"), (float("nan"), "nan"),
+                       (float("inf"), "inf"), (None, "None"), (86401, "86401")):
+        with pytest.raises(ConfigError, match=rf"^stall_timeout_s={shown} is invalid: 0 \(off\) or a number"):
             DynamixConfig(stall_timeout_s=bad).validate()
+    for bad, match in (("soon", "environment variable DYNAMIX_STALL_TIMEOUT_S='soon' is invalid"),
+                       ("-3", r"stall_timeout_s=-3.0 is invalid")):
+        with pytest.raises(ConfigError, match=match):
+            DynamixConfig.load(env={"DYNAMIX_STALL_TIMEOUT_S": bad})
     assert heartbeat_period(60) == 1.0 and heartbeat_period(4) == 0.2
 
 
