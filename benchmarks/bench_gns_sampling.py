@@ -5,10 +5,11 @@
 
 One real Horovod training run per workload (the hook, static controller, per-rank batch 32, Adam at
 the workload's LR, a decision every ``--interval`` steps) with gradient statistics taken on every
-step (``gns_every=1``); each step's per-rank |weighted local gradient|^2 and rank 0's |G|^2 are
-recorded. The training does not depend on the statistics, so sampling them every k-th step (plus
-the last step of each decision interval, as the hook does with ``gns_every=k``) can be replayed
-exactly from the same record: per interval the mean of ``stats.gns_step_estimates`` over the
+step (``gns_every=1``); each step's per-rank |weighted local gradient|^2 and |G|^2 (the sum of
+the ranks' shares) are recorded. The training does not depend on the statistics, so sampling
+them as the hook does with ``gns_every=k`` (every k-th step, or more often when an interval
+would hold fewer than ``measure.MIN_SAMPLES`` samples, plus the last step of each decision
+interval) can be replayed exactly from the same record: per interval the mean of ``stats.gns_step_estimates`` over the
 steps taken, into the same EMA (``NoiseScaleEstimator``). Prints, per workload and k, the
 relative difference of the sampled noise scale to the every-step one at each decision after the
 first ``--skip`` (median and max) and at the end.
@@ -29,7 +30,8 @@ from dynamix_hvd.stats import NoiseScaleEstimator, gns_step_estimates
 
 
 def record(name: str, steps: int, interval: int, batch: int) -> list[tuple[int, int, list[float], float]]:
-    """(step, T, per-rank c_i = (T/n_i)|weighted local|^2, |G|^2) per step, on rank 0."""
+    """(step, T, per-rank c_i = (T/n_i)|weighted local|^2, |G|^2) per step, on rank 0 (|G|^2: the
+    sum of the ranks' shares)."""
     model, data = workloads.build(name, seed=0)
     opt = torch.optim.Adam(model.parameters(), lr=workloads.get_workload(name).lr)
     dyn = Dynamix(model, opt, dataset_size=len(data), base_batch=batch, interval_steps=interval, gns_every=1, gns_samples=0,
@@ -39,11 +41,12 @@ def record(name: str, steps: int, interval: int, batch: int) -> list[tuple[int, 
     orig = gns.finish
 
     def finish(total: int, n_local: int, reduced: object) -> None:
-        # the hook's own statistics of this step: c_i = d(sum_tc) / T, |G|^2 = d(sum_tg) / T
+        # the hook's own statistics of this step: c_i = d(sum_tc) / T, this rank's share of
+        # |G|^2 = d(sum_tg) / T
         tc, tg = gns.sum_tc, gns.sum_tg
         orig(total, n_local, reduced)
         c = (gns.sum_tc - tc) / total if gns.sum_tc != tc else math.nan
-        g = (gns.sum_tg - tg) / total if reduced is not None and gns.sum_tg != tg else math.nan
+        g = (gns.sum_tg - tg) / total if gns.sum_tc != tc else math.nan
         rows.append((dyn.step_count, total, c, g))
 
     gns.finish = finish  # type: ignore[method-assign]
@@ -64,20 +67,22 @@ def record(name: str, steps: int, interval: int, batch: int) -> list[tuple[int, 
     out = []
     for t in range(allr.shape[1]):
         step, T = int(allr[0, t, 0]), int(allr[0, t, 1])
-        out.append((step, T, [float(allr[r, t, 2]) for r in range(allr.shape[0])], float(allr[0, t, 3])))
+        out.append((step, T, [float(allr[r, t, 2]) for r in range(allr.shape[0])], float(allr[:, t, 3].sum())))
     return out
 
 
 def replay(rows: list[tuple[int, int, list[float], float]], interval: int, every: int, beta: float,
            samples: int = 0) -> list[float]:
     """The noise scale after each decision when statistics are taken on the sampled steps: the
-    hook's rule (``GradNoise.sampled``), every ``every``-th step of the last ``every x samples``
-    before each decision, and the step before it (``samples`` = 0: every ``every``-th step)."""
+    hook's rule (``GradNoise.sampled``): every k-th step (k = ``every``, or less on short
+    intervals) of the last ``k x samples`` before each decision, and the step before it
+    (``samples`` = 0: every k-th step)."""
     est = NoiseScaleEstimator(beta=beta)
     gn = GradNoise(0, 2, every, beta, samples)
     out, s_acc, g_acc, n = [], 0.0, 0.0, 0
     for step, T, cs, g in rows:
-        if gn.sampled(step, (step // interval + 1) * interval):
+        due = (step // interval + 1) * interval
+        if gn.sampled(step, due, due - interval):
             s, g2 = gns_step_estimates(sum(cs), g, T, len(cs))
             if math.isfinite(s):
                 s_acc, g_acc, n = s_acc + s, g_acc + g2, n + 1
@@ -120,7 +125,9 @@ def main() -> None:
                 if not rel:
                     print(f"{name:16s} interval {iv:3d} every {k:2d} samples {m:2d}: no finite estimates")
                     continue
-                print(f"{name:16s} interval {iv:3d} every {k:2d} samples {m:2d}: |sampled/every-step - 1| median "
+                stride = GradNoise(0, 2, k, 0.9).stride(iv)
+                print(f"{name:16s} interval {iv:3d} every {k:2d} (stride {stride}) samples {m:2d}: "
+                      f"|sampled/every-step - 1| median "
                       f"{statistics.median(rel):.3f} max {max(rel):.3f} over {len(rel)} decisions; final "
                       f"{samp[-1]:.1f} vs {full[-1]:.1f} ({samp[-1] / full[-1] - 1:+.3f})", flush=True)
     if hvd.rank() == 0:

@@ -14,9 +14,10 @@
                 Micro-batches of one step with different weights: before micro-batch j > 0
                 the gradient accumulated so far is rescaled by w_{j-1}/w_j (only when they
                 differ), so the single scale at the end gives sum_j w_j g_j exactly.
-``StepFlags``   out-of-memory batch and early-decision flag of every rank, summed with
-                ``hvd.allreduce_async_`` beside the gradients; read in ``optimizer.step()``
-                before the update is applied. No extra collective of its own per step.
+``StepFlags``   out-of-memory batch and early-decision flag of every rank, reduced with
+                ``hvd.allreduce_async_`` beside the gradients and with their op, so Horovod fuses
+                them into the gradients' allreduce; read in ``optimizer.step()`` before the
+                update is applied. No extra collective of its own per step.
 ``oom_replan``  lower the caps of the ranks that ran out of memory and re-split the same step.
 ``apply_lr``    the LR rule for the plan in force.
 """
@@ -35,23 +36,30 @@ from dynamix_hvd.wire import flag_slots, read_flags, set_flags
 
 
 class StepFlags:
-    """The per-step flag vector (wire.py layout), allreduced (sum) beside the gradients."""
+    """The per-step flag vector (wire.py layout), allreduced beside the gradients with the same
+    op as the gradients of the step (Sum, or Average on a uniform step): Horovod fuses only
+    tensors with equal pre/postscale factors, so with the gradients' op the flags travel inside
+    the gradients' fused allreduce instead of an MPI allreduce of their own. Averaged flags are
+    multiplied back by the world size (small integers: exact after rounding)."""
 
     def __init__(self, hvd: Any, rank: int, world: int) -> None:
         self.hvd, self.rank, self.world = hvd, rank, world
         self._tensor = torch.zeros(flag_slots(world), dtype=torch.float32)
         self._np = self._tensor.numpy()
         self._handle: Any = None
+        self._averaged = False
 
     @property
     def pending(self) -> bool:
         return self._handle is not None
 
-    def submit(self, oom_batch: int, react: int) -> None:
+    def submit(self, oom_batch: int, react: int, average: bool = False) -> None:
         if self._handle is not None:
             return
         set_flags(self._np, self.rank, self.world, oom_batch, react)
-        self._handle = self.hvd.allreduce_async_(self._tensor, name="dynamix.flags", op=self.hvd.Sum)
+        self._averaged = average
+        self._handle = self.hvd.allreduce_async_(self._tensor, name="dynamix.flags",
+                                                 op=self.hvd.Average if average else self.hvd.Sum)
 
     def wait(self) -> tuple[np.ndarray | None, list[int] | None]:
         """(oom batch per rank or None, ranks asking for an early decision or None)."""
@@ -61,7 +69,7 @@ class StepFlags:
         self._handle = None
         if not self._np.any():              # the common case: nothing to report
             return None, None
-        return read_flags(self._np, self.world)
+        return read_flags(self._np * self.world if self._averaged else self._np, self.world)
 
 
 class Weighting:

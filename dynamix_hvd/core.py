@@ -205,7 +205,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         """After the update of a trained step: bookkeeping, the decision when due, the LR rule,
         the automatic checkpoint. ``t_entry``: when this rank's own compute of the step ended."""
         loc = self.local
-        sl, before = loc.record_step(t_entry, self._reduced_grads if self.rank == 0 else None)
+        sl, before = loc.record_step(t_entry, self._reduced_grads)
         if loc.due(sl.step):
             self._decide(sl.step)
         after = self.sampler.plans.at(sl.step + 1)
@@ -254,7 +254,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self._engine_fields(ws)
         if self.metrics_fn is not None:
             self.metrics_fn(ws)
-        return encode_row(ws, self.local.gns.sum_tc)
+        return encode_row(ws, self.local.gns.sum_tc, self.local.gns.sum_tg)
 
     def _decide(self, step: int) -> None:
         loc, d = self.local, self._decider
@@ -265,7 +265,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         if d is not None:
             assert rows is not None
             workers, extras = decode_rows(rows)
-            loc.gns.update(extras[:, 0])
+            loc.gns.update(extras[:, 0], extras[:, 1])
             glob = d.global_stats(step, loc.gns.estimator, loc.meter.mean_loss(),
                                   loc.meter.throughput(loc.recent_steps()))
             record = {"t": time.perf_counter() - self._t_start, "step": step + 1}
@@ -286,7 +286,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self.sampler.plans.prune(step)
         if d is not None:
             self.log.decision(record, lr=float(self.optimizer.param_groups[0]["lr"]))
-        loc.decided()
+        loc.decided(step + 1)
 
     # =====================================================================================
     # checkpoint, resizing, shutdown (lifecycle.py)

@@ -110,7 +110,7 @@ class Dynamix(DynamixCore):
 
     def _submit_flags(self) -> None:
         if self._flags is not None:
-            self._flags.submit(self.local.oom_batch, self.local.react_flag)
+            self._flags.submit(self.local.oom_batch, self.local.react_flag, self._averaging)
 
     def _optimizer_step(self, closure: Any) -> Any:
         t_entry = time.perf_counter()

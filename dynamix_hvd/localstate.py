@@ -43,6 +43,7 @@ class LocalState:
         self.react_flag = 0         # this rank's detector fired; sent with the next step's flags
         self.react_ranks: list[int] | None = None   # ranks that flagged, known to all: decide early
         self.next_due = max(config.interval_steps, config.warmup_steps)  # regular decision after this many steps
+        self.interval_start = self.consumed["step"]   # first step of the current decision interval
         self.redo = False           # the last step ran out of memory somewhere and is redone
         self.on_new_step: Callable[[], None] = lambda: None   # (resets the hook's per-step counter)
         self.step_plan: Plan = sampler.plans.latest   # set on the last micro-batch of each step
@@ -86,7 +87,8 @@ class LocalState:
         if j == self.config.accumulation - 1:
             self.step_plan = self.sampler.plans.at(sl.step)      # the plan this step runs under
             self.step_full = self.is_full(sl, self.step_plan)
-            self.gns.begin(self.config.gns and self.step_full and self.gns.sampled(sl.step, self.next_due))
+            self.gns.begin(self.config.gns and self.step_full and
+                           self.gns.sampled(sl.step, self.next_due, self.interval_start))
 
     def is_full(self, sl: StepSlice, plan: Plan | None = None) -> bool:
         plan = plan or self.sampler.plans.at(sl.step)
@@ -103,8 +105,8 @@ class LocalState:
     # ---- the step ------------------------------------------------------------------------
     def record_step(self, t_entry: float, reduced: Callable[[], list[torch.Tensor]] | None) -> tuple[StepSlice, Plan]:
         """O(1) bookkeeping of a trained step (timings, change detector, sampled statistics,
-        position); returns the step and the plan it ran under. ``reduced`` (rank 0) gives the
-        summed gradients for |G|^2 on a sampled step."""
+        position); returns the step and the plan it ran under. ``reduced`` gives the reduced
+        gradients (this rank's share of |G|^2 on a sampled step)."""
         now = time.perf_counter()
         sl = self.current[0]  # type: ignore[index]
         before = self.step_plan
@@ -155,9 +157,11 @@ class LocalState:
             return None
         return m.n - m.since if m.since is not None else self.detector.confirm
 
-    def decided(self) -> None:
-        """After a decision: a new interval; a flag raised in this very step is answered by it
-        (its row already reports the means since the change), so it is not sent on."""
+    def decided(self, first: int) -> None:
+        """After a decision: a new interval from step ``first``; a flag raised in this very step
+        is answered by it (its row already reports the means since the change), so it is not
+        sent on."""
+        self.interval_start = first
         self.meter.reset()
         if self.react_ranks is not None and self.detector is not None:
             self.detector.rebase()
@@ -177,3 +181,4 @@ class LocalState:
         self.react_flag = self.oom_batch = 0
         self.react_ranks = None
         self.next_due = max(self.consumed["step"] + self.config.interval_steps, self.config.warmup_steps)
+        self.interval_start = self.consumed["step"]

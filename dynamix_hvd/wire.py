@@ -2,8 +2,9 @@
 the plan broadcast back, and the per-step flag vector that rides beside Horovod's gradient
 allreduce. Pure numpy; the transports are in comm.py (decision) and apply.py (flags).
 
-Row:   WorkerStats.to_array()  ++  [sum_t T_t c_i,t]     (float64, same length on every rank)
-       c_i,t = (n_i/T_t)|g_i,t|^2 on the steps whose gradient statistics were sampled
+Row:   WorkerStats.to_array()  ++  [sum_t T_t c_i,t, sum_t T_t |G_t|^2_i]   (float64, same
+       length on every rank); c_i,t = (n_i/T_t)|g_i,t|^2 and |G_t|^2_i the squared norm of rank
+       i's share of the reduced gradient, on the steps whose gradient statistics were sampled
 Plan:  [version, start_step, world_size, next_due, b_0, ..., b_{N-1}]   (int64; next_due: the
        step count after which the next regular decision is taken)
 Flags: [oom batch of rank 0..N-1, early-decision flag of rank 0..N-1]   (float32, summed: each
@@ -16,11 +17,11 @@ import numpy as np
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.records import WorkerStats
 
-N_EXTRA = 1  # gradient-statistics sums appended to the WorkerStats row
+N_EXTRA = 2  # gradient-statistics sums appended to the WorkerStats row
 
 
-def encode_row(ws: WorkerStats, gns_sum: float) -> np.ndarray:
-    return np.concatenate([ws.to_array(), [float(gns_sum)]])
+def encode_row(ws: WorkerStats, gns_sum_tc: float, gns_sum_tg: float = 0.0) -> np.ndarray:
+    return np.concatenate([ws.to_array(), [float(gns_sum_tc), float(gns_sum_tg)]])
 
 
 def decode_rows(rows: np.ndarray) -> tuple[list[WorkerStats], np.ndarray]:

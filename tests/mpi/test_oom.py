@@ -75,3 +75,19 @@ def test_oom_lowers_cap_and_redoes_step(comm, api):
         expected = 16 * world if world > 1 else plan.batch_sizes[0]   # alone, rank 0 is bound by its cap
         assert plan.global_batch == expected, plan
     dyn.close()
+
+
+@pytest.mark.parametrize("average", [False, True])
+def test_step_flags_read_exactly_with_the_gradients_op(comm, average):
+    """The flags are reduced with the step's gradient op (Average on a uniform step, so Horovod
+    fuses them into the gradients' allreduce); every rank reads every rank's exact values."""
+    from dynamix_hvd.apply import StepFlags
+
+    rank, world = comm.Get_rank(), comm.Get_size()
+    flags = StepFlags(hvd, rank, world)
+    flags.submit(oom_batch=37 + rank if rank == world - 1 else 0, react=int(rank == 0), average=average)
+    oom, react = flags.wait()
+    assert oom is not None and oom.tolist() == [0] * (world - 1) + [37 + world - 1]
+    assert react == [0]
+    flags.submit(oom_batch=0, react=0, average=average)
+    assert flags.wait() == (None, None)

@@ -94,23 +94,29 @@ def test_step_meter_loss_tensor_read_once():
 
 def test_grad_noise_sampled_steps_and_estimator():
     g = GradNoise(rank=0, world=2, every=5, beta=0.9)
-    assert [s for s in range(20) if g.sampled(s, next_due=13)] == [4, 9, 12, 14, 19]
+    assert [s for s in range(13, 113) if g.sampled(s, next_due=113, start=13)][:4] == [14, 19, 24, 29]
     assert not GradNoise(0, 1, 1, 0.9).sampled(0, 1)      # one rank: no estimate possible
     # two sampled steps with known per-rank weighted local norms and |G|^2: the interval's update
     # is the mean of gns_step_estimates over them
     rng = np.random.default_rng(0)
-    steps, sums = [], np.zeros(2)
+    steps, sums, gsums, tg_total = [], np.zeros(2), np.zeros(2), 0.0
+    g1 = GradNoise(rank=1, world=2, every=5, beta=0.9)     # rank 1's share of |G|^2
     for _ in range(2):
         T, n = 16, (8, 8)
         c = rng.uniform(1.0, 2.0, size=2)
-        G = float(rng.uniform(0.2, 0.5))
+        red = [torch.from_numpy(rng.normal(size=(3, 5))).float(), torch.from_numpy(rng.normal(size=4)).float()]
+        G = sum(float(t.double().square().sum()) for t in red)
         steps.append(gns_step_estimates(float(c.sum()), G, T, 2))
         sums += T * c
-        g.begin(True)
-        g.on_local(torch.tensor([math.sqrt(c[0] * n[0] / T)]))
-        red = [torch.tensor([math.sqrt(G)])]
-        g.finish(T, n[0], red)
-    g.update(sums)
+        for r, gr in enumerate((g, g1)):
+            gr.begin(True)
+            gr.on_local(torch.tensor([math.sqrt(c[r] * n[r] / T)]))
+            gr.finish(T, n[r], red)
+            gsums[r] = gr.sum_tg
+        tg_total += T * G
+    # each rank takes half of the reduced gradient's elements; the shares add up to |G|^2
+    assert 0 < gsums[0] and 0 < gsums[1] and gsums.sum() == pytest.approx(tg_total, rel=1e-5)
+    g.update(sums, gsums)
     s_mean = float(np.mean([s for s, _ in steps]))
     g2_mean = float(np.mean([x for _, x in steps]))
     assert g.estimator.s_ema == pytest.approx(s_mean, rel=1e-5)
@@ -121,9 +127,10 @@ def test_grad_noise_sampled_steps_and_estimator():
 def test_wire_round_trips():
     plan = Plan(3, (5, 0, 7), 11)
     assert decode_plan(encode_plan(plan, plan_buffer(3), next_due=42)) == (plan, 42)
-    rows = np.stack([encode_row(w, 1.5 * w.rank) for w in _workers(3)])
+    rows = np.stack([encode_row(w, 1.5 * w.rank, 2.0 + w.rank) for w in _workers(3)])
     ws, extra = decode_rows(rows)
     assert [w.rank for w in ws] == [0, 1, 2] and list(extra[:, 0]) == [0.0, 1.5, 3.0]
+    assert list(extra[:, 1]) == [2.0, 3.0, 4.0]
     total = np.zeros(6)
     for r, (oom, react) in enumerate([(0, 0), (12, 0), (0, 1)]):
         buf = np.zeros(6)
@@ -208,17 +215,23 @@ def test_excepthook_installed_and_restored():
 
 
 def test_gradient_statistics_sampling_rule():
-    """GradNoise.sampled: every gns_every-th step and the step before the decision; with
-    gns_samples = K only the last K such steps before each decision; never on one rank."""
-    from dynamix_hvd.measure import GradNoise
+    """GradNoise.sampled: every gns_every-th step and the step before the decision, more often
+    when the interval would hold fewer than MIN_SAMPLES (16) samples; with gns_samples = K only
+    the last K such steps before each decision; never on one rank."""
+    from dynamix_hvd.measure import MIN_SAMPLES, GradNoise
 
-    def taken(every, samples, next_due, world=4):
+    def taken(every, samples, next_due, world=4, start=0):
         g = GradNoise(0, world, every, 0.9, samples)
-        return [s for s in range(next_due) if g.sampled(s, next_due)]
+        return [s for s in range(start, next_due) if g.sampled(s, next_due, start)]
 
-    assert taken(2, 0, 10) == [1, 3, 5, 7, 9]
-    assert taken(3, 0, 10) == [2, 5, 8, 9]                   # + the step before the decision
+    assert MIN_SAMPLES == 16
+    assert taken(2, 0, 40) == list(range(1, 40, 2))          # 20 samples of 40 steps
+    assert taken(3, 0, 60) == list(range(2, 60, 3))
+    assert taken(3, 0, 50) == list(range(2, 50, 3)) + [49]   # + the step before the decision
+    assert taken(2, 0, 10) == list(range(10))                # short interval: every step
+    assert taken(4, 0, 48) == list(range(2, 48, 3))          # 48 steps: every 3rd (16 samples)
+    assert taken(2, 0, 140, start=110) == list(range(110, 140))   # the interval, not the step count
     assert taken(2, 3, 100) == [95, 97, 99]                  # last 3 of every 2nd step
-    assert taken(2, 8, 10) == [1, 3, 5, 7, 9]                # window longer than the interval
+    assert taken(2, 30, 40) == list(range(1, 40, 2))         # window longer than the interval
     assert taken(1, 4, 50) == [46, 47, 48, 49]
     assert taken(2, 0, 10, world=1) == []
