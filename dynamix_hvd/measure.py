@@ -150,6 +150,7 @@ class GradNoise:
         self.rank, self.world = rank, world
         self.every = max(int(every), 1)
         self.samples = max(int(samples), 0)
+        self.min_samples = MIN_SAMPLES
         self.estimator = NoiseScaleEstimator(beta=beta)
         self.capturing = False
         self.local_scale = 1.0   # factor from the captured local gradients to the weighted ones
@@ -166,8 +167,9 @@ class GradNoise:
 
     def stride(self, interval: int) -> int:
         """Steps between samples in a decision interval of ``interval`` steps: ``every``, or less
-        so that the interval holds at least ``MIN_SAMPLES`` sampled steps where it can."""
-        return min(self.every, max(1, interval // MIN_SAMPLES))
+        so that the interval holds at least ``min_samples`` (``MIN_SAMPLES``) sampled steps
+        where it can."""
+        return min(self.every, max(1, interval // self.min_samples))
 
     def sampled(self, step: int, next_due: int, start: int = 0) -> bool:
         """Take gradient statistics on this step (of the interval from step ``start`` to the
