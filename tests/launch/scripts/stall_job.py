@@ -7,6 +7,8 @@ at one step, a log of the indices each rank trained, and checkpoint / resume.
 Faults: ``sigstop`` (the rank freezes), ``sigkill`` (the rank dies), ``partition`` (the rank's
 link ``veth0`` goes down in its network namespace, for ``--down-s`` seconds or for good),
 ``busy`` (the rank is alive but spends ``--down-s`` seconds outside the training step).
+``--then-busy-step N --then-busy-s S``: later, rank 0 also spends S seconds outside the training step
+at step N (after a short partition: the watchdog must still hear every rank, or it ends the job).
 Prints ``FAULT-AT <unix time>`` when the fault happens and ``RESUMED-AT <step>`` after a resume.
 """
 from __future__ import annotations
@@ -43,6 +45,8 @@ def main() -> None:
     p.add_argument("--fault-rank", type=int, default=1)
     p.add_argument("--fault-step", type=int, default=20)
     p.add_argument("--down-s", type=float, default=0.0, help="partition: seconds down (0: for good); busy: seconds")
+    p.add_argument("--then-busy-step", type=int, default=-1, help="rank 0 busy at this step too (-1: no)")
+    p.add_argument("--then-busy-s", type=float, default=0.0)
     p.add_argument("--samples", type=int, default=3200)
     p.add_argument("--base-batch", type=int, default=8)
     p.add_argument("--step-sleep", type=float, default=0.02)
@@ -65,11 +69,16 @@ def main() -> None:
         dyn.load(args.checkpoint, allow_resize=args.allow_resize)
         print(f"RESUMED-AT {dyn.step_count} world {hvd.size()}", flush=True)
     log = open(f"{args.seen_log}.{hvd.rank()}", "a") if args.seen_log else None  # noqa: SIM115
-    t_last, gap = time.time(), 0.0
+    t_last, gap, gap_before_busy = time.time(), 0.0, 0.0
     for idx in dyn.batches(0):
         step = dyn.step_count
         if args.fault != "none" and step == args.fault_step and hvd.rank() == args.fault_rank:
             inject(args.fault, args.down_s)
+        if step == args.then_busy_step:
+            gap_before_busy = gap
+            if hvd.rank() == 0:
+                print(f"BUSY-AT {time.time():.3f}", flush=True)
+                time.sleep(args.then_busy_s)
         loss = F.cross_entropy(model(x[idx]), y[idx])
         optimizer.zero_grad()
         loss.backward()
@@ -82,7 +91,9 @@ def main() -> None:
         now = time.time()
         gap, t_last = max(gap, now - t_last), now
         time.sleep(args.step_sleep)
-    print(f"FINISHED rank {hvd.rank()} steps {dyn.step_count} longest step gap {gap:.2f} s", flush=True)
+    print(f"FINISHED rank {hvd.rank()} steps {dyn.step_count} longest step gap {gap:.2f} s"
+          + (f", before step {args.then_busy_step} {gap_before_busy:.2f} s" if args.then_busy_step >= 0 else ""),
+          flush=True)
     dyn.close()
 
 
