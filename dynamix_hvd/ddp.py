@@ -62,7 +62,7 @@ class Dynamix(DynamixCore):
                              on_local=self._on_local if cfg.gns else None,
                              flags=self._my_flags if (cfg.oom_redo or cfg.react) else None)
         self._hook.register(model)
-        self.local.on_new_step = self._hook.new_step
+        self.local.on_new_step = self._new_step
         self._t_compute = 0.0
         self._handles = [optimizer.register_step_pre_hook(self._pre_step),
                          optimizer.register_step_post_hook(self._post_step)]
@@ -70,6 +70,15 @@ class Dynamix(DynamixCore):
             resume = Path(cfg.run_dir) / "checkpoint.pt"     # torchrun restarted the workers
         if resume is not None and self.comm.bcast_object(os.path.exists(resume) if self.rank == 0 else None):
             self.load(resume, allow_resize=True)
+
+    def _new_step(self) -> None:
+        """A step starts: on a uniform plan the hook averages (AVG allreduce, no weight pass),
+        as plain DDP does; otherwise it sums the n_i/T-weighted buckets. Every rank takes the
+        same branch: the step's sizes are the same on all ranks."""
+        loc, hook = self.local, self._hook
+        avg = loc.uniform and hook.can_average
+        loc.gns.local_scale = loc.scale if avg else 1.0
+        hook.new_step(avg)
 
     def _my_flags(self) -> tuple[int, int]:
         return self.local.oom_batch, self.local.react_flag

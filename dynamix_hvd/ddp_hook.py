@@ -7,10 +7,14 @@ Per bucket (DDP launches them in index order, each as soon as its gradients are 
   3. SUM it over the ranks (DDP would average: with unequal n_i the mean of the per-rank mean
      gradients is not the big batch's gradient; the weighted sum is),
   4. time it: (bytes, seconds from launch to completion) per bucket, into ``BucketTimes``.
+On a uniform step (every rank the same batch, no accumulation: n_i/T = 1/N everywhere) steps 1
+and 3 become one AVG allreduce, as in a plain DDP job: no weight pass on the training thread,
+the backend divides (gloo and NCCL; other backends keep the weight and SUM).
 Bucket 0 (the first one reduced, at most DDP's 1 MB first-bucket cap by default) also carries the
 step's flag vector (wire.py: every rank's out-of-memory batch and early-decision flag): it is
 allreduced as one tensor [weighted bucket 0, flags], so the flags cost no collective of their
-own. They are summed by the time ``loss.backward()`` returns (DDP waits for every bucket).
+own. They are reduced by the time ``loss.backward()`` returns (DDP waits for every bucket);
+averaged flags are multiplied back by N (small integers: exact after rounding).
 """
 from __future__ import annotations
 
@@ -68,20 +72,26 @@ class SumHook:
         self._ext: torch.Tensor | None = None   # [bucket 0, flags], reused while bucket 0 keeps its size
         self._flag_np = np.zeros(flag_slots(world), dtype=np.float32)
         self._flags_ready = False
+        self.can_average = False       # the backend has an AVG allreduce (set by register)
+        self.average = False           # this step: AVG, no weight (a uniform step)
 
     def register(self, ddp_model: torch.nn.parallel.DistributedDataParallel) -> None:
         if self.group is None:
             self.group = ddp_model.process_group      # DDP's own group (gloo or NCCL)
+        self.can_average = str(dist.get_backend(self.group)) in ("gloo", "nccl")
         ddp_model.register_comm_hook(None, self.hook)
 
-    def new_step(self) -> None:
+    def new_step(self, average: bool = False) -> None:
+        """A step starts; ``average``: a uniform step, reduced with AVG and no weight."""
         self.buckets = 0
         self._flags_ready = False
+        self.average = average and self.can_average
 
     def hook(self, state, bucket):  # type: ignore[no-untyped-def]  # (DDP checks the annotations; none here)
         """(state, GradBucket) -> Future[Tensor]: the weighted bucket, summed over the ranks."""
         buf = bucket.buffer()
-        w = self.scale()
+        avg = self.average
+        w = 1.0 if avg else self.scale()
         self.buckets += 1
         first = bucket.index() == 0
         if first:
@@ -92,7 +102,10 @@ class SumHook:
             if ext is None or ext.numel() != n + len(self._flag_np) or ext.dtype != buf.dtype or ext.device != buf.device:
                 ext = self._ext = torch.empty(n + len(self._flag_np), dtype=buf.dtype, device=buf.device)
             out = ext[:n]
-            torch.mul(buf, w, out=out)
+            if w != 1.0:
+                torch.mul(buf, w, out=out)
+            else:
+                out.copy_(buf)
             set_flags(self._flag_np, self.rank, self.world, *self.flags())
             ext[n:].copy_(torch.from_numpy(self._flag_np))
             send = ext
@@ -104,7 +117,8 @@ class SumHook:
             self.on_local(out)
         nbytes = send.numel() * send.element_size()
         t0 = self.t_last = time.perf_counter()
-        fut = dist.all_reduce(send, op=dist.ReduceOp.SUM, group=self.group, async_op=True).get_future()
+        op = dist.ReduceOp.AVG if avg else dist.ReduceOp.SUM
+        fut = dist.all_reduce(send, op=op, group=self.group, async_op=True).get_future()
 
         def done(f: torch.futures.Future) -> torch.Tensor:
             f.value()                               # re-raises a failed allreduce
@@ -120,4 +134,5 @@ class SumHook:
         if not self._flags_ready or self._ext is None:
             raise RuntimeError("dynamix: the step's flags did not arrive (bucket 0 was not reduced)")
         n = self._ext.numel() - len(self._flag_np)
-        return read_flags(self._ext[n:].float().cpu().numpy(), self.world)
+        got = self._ext[n:].float().cpu().numpy()
+        return read_flags(got * self.world if self.average else got, self.world)

@@ -56,6 +56,17 @@ def test_gradient_equals_one_big_batch(nproc, accumulation):
         assert micro > 0                # micro-batches of unequal size within a step (rescaling path)
 
 
+def test_out_of_memory_on_a_uniform_step_lowers_exactly_that_cap():
+    """A uniform step is averaged by the comm hook (AVG, flags included): the out-of-memory batch
+    read back is the rank's own (8, not 8 / N), so its cap drops to 7 (10% below, quantum 1)."""
+    proc = torchrun(2, "--mode", "oom", "--base-batch", "8")
+    m = re.search(r"OOM max_batch \[(.*)\] plan \[(.*)\]", proc.stdout)
+    assert m, proc.stdout[-2000:]
+    caps, plan = [int(v) for v in m.group(1).split(",")], [int(v) for v in m.group(2).split(",")]
+    assert caps == [64, 7], caps
+    assert plan[1] <= 7 and sum(plan) == 16, plan      # the global batch kept
+
+
 @pytest.mark.parametrize("nproc", [1, 4])
 def test_every_index_exactly_once_per_epoch(nproc, tmp_path):
     samples = 1000

@@ -39,8 +39,9 @@ def test_bucket_times_median_and_bytes_per_step():
     assert t.n == 0 and np.isnan(t.p50_s())
 
 
-@pytest.mark.parametrize("weight", [1.0, 0.25])
-def test_hook_weights_sums_times_and_carries_flags(one_rank_group, weight):
+@pytest.mark.parametrize("weight,average", [(1.0, False), (0.25, False), (0.25, True)])
+def test_hook_weights_sums_times_and_carries_flags(one_rank_group, weight, average):
+    """average: a uniform step, reduced with AVG and no weight pass (the weight is not applied)."""
     torch.manual_seed(0)
     net = make_net()
     ref = [p.detach().clone() for p in net.parameters()]
@@ -48,26 +49,28 @@ def test_hook_weights_sums_times_and_carries_flags(one_rank_group, weight):
     norms: list[torch.Tensor] = []
     hook = SumHook(0, 1, None, scale=lambda: weight, on_local=lambda t: norms.append(t.detach().norm()), flags=lambda: (17, 1))
     hook.register(model)
+    assert hook.can_average                  # gloo has AVG
     ref_net = make_net()
     with torch.no_grad():
         for p, r in zip(ref_net.parameters(), ref):
             p.copy_(r)
     for step in range(2):          # DDP rebuilds its buckets after the first iteration
         x = torch.randn(8, 6)
-        hook.new_step()
+        hook.new_step(average)
         norms.clear()
         model.zero_grad()
         ref_net.zero_grad()
         model(x).square().sum().backward()
         ref_net(x).square().sum().backward()
+        w = 1.0 if average else weight      # (AVG over one rank: the local gradient)
         for p, r in zip(net.parameters(), ref_net.parameters()):
-            torch.testing.assert_close(p.grad, weight * r.grad, rtol=1e-6, atol=1e-7)
+            torch.testing.assert_close(p.grad, w * r.grad, rtol=1e-6, atol=1e-7)
     assert hook.buckets >= 2, hook.buckets     # bucket 0 (with the flags) and buckets without
     assert hook.times.steps == 2 and hook.times.p50_s() > 0
     assert hook.times.bytes >= 2 * 4 * sum(p.numel() for p in net.parameters())
     oom, react = hook.read_flags()
     assert oom.tolist() == [17] and react == [0]
     total = torch.stack(norms).square().sum().sqrt()       # the weighted local gradient's norm
-    expect = torch.cat([weight * r.grad.flatten() for r in ref_net.parameters()]).norm()
+    expect = torch.cat([w * r.grad.flatten() for r in ref_net.parameters()]).norm()
     torch.testing.assert_close(total, expect, rtol=1e-5, atol=1e-7)
     assert hook.t_last > 0

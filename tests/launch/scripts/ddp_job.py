@@ -10,6 +10,8 @@ and optimizer) plus what only the tests need.
               indices, recomputed on a single-process copy of the model); prints the worst difference
 --mode train  MNIST-1D-like training; optional checkpoint/resume, per-rank log of the trained
               indices, a rank that SIGKILLs itself or raises at a step
+--mode oom    uniform plan (the hook averages, flags included); the last rank reports out of
+              memory after DDP's forward at step 3; prints every rank's cap afterwards
 """
 from __future__ import annotations
 
@@ -74,6 +76,31 @@ def grad_mode(args: argparse.Namespace) -> None:
     dyn.close()
 
 
+def oom_mode(args: argparse.Namespace) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x, y = make_data()
+    model = DDP(make_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=args.base_batch, interval_steps=50, min_decision_s=0,
+                  max_batch=64, collector=False)
+    ooms = 0
+    for idx in dyn.batches(0):
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad()
+        if dyn.step_count == 3 and rank == world - 1 and not ooms:
+            ooms += 1
+            dyn.report(oom=True)     # after DDP's forward: the hook joins the reduction with a zero backward
+        else:
+            loss.backward()
+        opt.step()
+        if dyn.step_count >= 6:
+            break
+    dyn._pending.clear()   # noqa: SLF001 - the epoch's iterator is abandoned on purpose
+    if rank == 0:
+        print(f"OOM max_batch {list(dyn.bounds.max_batch)} plan {list(dyn.plan.batch_sizes)}", flush=True)
+    dyn.close()
+
+
 def train_mode(args: argparse.Namespace) -> None:
     rank = dist.get_rank()
     x, y = make_data(n=args.samples, d=40, classes=10)
@@ -114,7 +141,7 @@ def train_mode(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=("grad", "train"), required=True)
+    p.add_argument("--mode", choices=("grad", "train", "oom"), required=True)
     p.add_argument("--accumulation", type=int, default=1)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--samples", type=int, default=2000)
@@ -131,7 +158,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    (grad_mode if args.mode == "grad" else train_mode)(args)
+    {"grad": grad_mode, "train": train_mode, "oom": oom_mode}[args.mode](args)
     dist.destroy_process_group()
 
 
