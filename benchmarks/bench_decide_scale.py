@@ -14,20 +14,27 @@ The states are the replay simulator's ``ClusterState`` (measured step/compute/al
 measurement noise, a speed trace, drawn hardware, the noise-scale estimator); the NIC, CPU and
 memory fields the traces lack are filled per rank (``fill_system``) so that the network and
 system features are computed from numbers, as live. Not timed: the simulator's interval and the
-building of the state (live: the Gather of the rows). One torch thread, as the hook sets.
+building of the state (live: the Gather of the rows). One torch thread, as the hook sets, and one
+OpenBLAS thread (``OPENBLAS_NUM_THREADS=1`` unless set: ``dynamix bench``'s ranks run with
+``OMP_NUM_THREADS=1``). Measured on the 2-core shared machine: with OpenBLAS's default threads the
+policy's numpy forward at 1024 rows took 23 ms wall instead of 0.6 ms (threads spinning for a
+core another process holds).
 
-Prints per N: decisions timed, p50 / p90 / max ms, and the first decision of the run (lazy
-initialisation) separately.
+Prints per N: decisions timed, wall p50 / p90 / max ms, the calling thread's CPU time p50 / p90
+(what the decision costs without other processes' share of the core), and the first decision of
+the run (lazy initialisation) separately.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import platform
 import time
 from typing import Callable
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # before numpy: as the bench's ranks (OMP_NUM_THREADS=1)
+import numpy as np  # noqa: E402
 
 from dynamix_hvd.decide import decide_plan
 from dynamix_hvd.plan import Plan
@@ -50,12 +57,15 @@ def fill_system(state: ClusterState, rng: np.random.Generator) -> ClusterState:
 
 def time_decisions(workload: str, trace: str, n: int, seed: int, controller: str, decisions: int,
                    transform: Callable[[ClusterState], ClusterState] | None = None,
-                   clock: Callable[[], float] = time.perf_counter) -> tuple[np.ndarray, list[float | None]]:
+                   clock: Callable[[], float] = time.perf_counter,
+                   cpu_clock: Callable[[], float] = time.thread_time) -> tuple[np.ndarray, np.ndarray, list[float | None]]:
     """Run replay episodes of ``workload`` / ``trace`` at ``n`` workers (seeds ``seed``, ``seed``+1, ...)
     with ``controller`` through ``run_controller``'s loop until ``decisions`` decisions were timed.
-    Returns (seconds per ``decide_plan`` call in order, time to target of each finished episode or
-    None when it ended without reaching it; the last, cut-off episode is not listed)."""
+    Returns (wall seconds per ``decide_plan`` call in order, the calling thread's CPU seconds per
+    call, time to target of each finished episode or None when it ended without reaching it; the
+    last, cut-off episode is not listed)."""
     times: list[float] = []
+    cpu: list[float] = []
     ends: list[float | None] = []
     s = seed
     limits = MoveLimits()
@@ -70,14 +80,15 @@ def time_decisions(workload: str, trace: str, n: int, seed: int, controller: str
             state = sim.cluster_state(plan, out)
             if transform is not None:
                 state = transform(state)
-            t0 = clock()
+            t0, c0 = clock(), cpu_clock()
             plan = decide_plan(ctl, state, bounds, sim.t, limits)[0]
             times.append(clock() - t0)
+            cpu.append(cpu_clock() - c0)
             out = sim.step(plan.batch_sizes)
         if sim.done:
             ends.append(sim.time if sim.reached else None)
         s += 1
-    return np.asarray(times), ends
+    return np.asarray(times), np.asarray(cpu), ends
 
 
 def main() -> int:
@@ -95,17 +106,17 @@ def main() -> int:
     ctl = f"ppo:{args.policy}" if args.policy else "ppo"
     print(f"host: {platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread, "
           f"load avg {open('/proc/loadavg').read().split()[0]}; {args.workload} / {args.trace}, policy "
-          f"{args.policy or 'shipped default'}, system fields {'NaN' if args.no_fill else 'filled'}")
-    print("| workers | decisions | first ms | p50 ms | p90 ms | max ms |")
-    print("|--:|--:|--:|--:|--:|--:|")
+          f"{args.policy or 'shipped default'}, system fields {'NaN' if args.no_fill else 'filled'}, "
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
+    print("| workers | decisions | first ms | wall p50 ms | wall p90 ms | wall max ms | CPU p50 ms | CPU p90 ms |")
+    print("|--:|--:|--:|--:|--:|--:|--:|--:|")
     for n in [int(x) for x in args.workers.split(",") if x]:
         rng = np.random.default_rng(args.seed)
         tf = None if args.no_fill else (lambda st: fill_system(st, rng))
-        t, _ = time_decisions(args.workload, args.trace, n, args.seed, ctl, args.decisions + 1, tf)
-        ms = t * 1e3
-        rest = ms[1:]
+        t, c, _ = time_decisions(args.workload, args.trace, n, args.seed, ctl, args.decisions + 1, tf)
+        ms, rest, cpu = t * 1e3, t[1:] * 1e3, c[1:] * 1e3
         print(f"| {n} | {rest.size} | {ms[0]:.2f} | {np.median(rest):.2f} | {np.percentile(rest, 90):.2f} | "
-              f"{rest.max():.2f} |", flush=True)
+              f"{rest.max():.2f} | {np.median(cpu):.2f} | {np.percentile(cpu, 90):.2f} |", flush=True)
     print(f"load avg after: {open('/proc/loadavg').read().split()[0]}")
     return 0
 

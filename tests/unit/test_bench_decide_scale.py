@@ -22,10 +22,11 @@ def test_timed_loop_is_the_replay_loop():
     ref = run_controller(build_sim(WorldSpec("cifar10", 6, "job_3_norm", 3)), "ppo", 3)
     n_dec = len(ref["schedule"]) - 1
     ticks = iter(range(10**6))
-    times, ends = bench.time_decisions("cifar10", "job_3_norm", 6, 3, "ppo", n_dec + 2, clock=lambda: float(next(ticks)))
+    times, cpu, ends = bench.time_decisions("cifar10", "job_3_norm", 6, 3, "ppo", n_dec + 2,
+                                            clock=lambda: float(next(ticks)))
     assert ref["time_to_target_s"] is not None
     assert ends == [ref["time_to_target_s"]]
-    assert times.shape == (n_dec + 2,) and np.all(times == 1.0)
+    assert times.shape == cpu.shape == (n_dec + 2,) and np.all(times == 1.0) and np.all(cpu >= 0)
 
 
 def test_fill_system_fills_only_the_missing_metrics():
