@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from dynamix_hvd import lifecycle
+from dynamix_hvd import bnstats, lifecycle
 from dynamix_hvd.apply import apply_lr, oom_replan
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import Controller
@@ -187,6 +187,12 @@ class DynamixCore(lifecycle.DeprecatedLoop):
                 raise OutOfMemoryError(self.rank, n)
             self.local.oom_batch = max(self.local.oom_batch, n, 1)
             self.local.gns.cancel()
+
+    def sync_batchnorm_stats(self) -> int:
+        """Collective, before evaluating or saving: every rank's BatchNorm running statistics become
+        the global batch's, each rank weighted by its local batch (bnstats.py). Returns the number
+        of BatchNorm layers synchronised. Nothing changes in training."""
+        return bnstats.sync_batchnorm_stats(self.model, self.comm, float(self.plan.batch_sizes[self.rank]))
 
     def _on_local(self, grad: torch.Tensor) -> None:
         if self.local.gns.capturing:

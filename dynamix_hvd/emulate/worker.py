@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             if step % sc.eval_every_steps == 0:  # the same steps on every rank (collective)
                 clock.pause()
                 t_now = clock()
+                sync_bn = getattr(loop, "sync_batchnorm_stats", None)
+                if sync_bn is not None:          # every rank: the global batch's BatchNorm statistics
+                    sync_bn()
                 if rank == 0:
                     acc = workloads.accuracy(net, data.x_test, data.y_test)
                     if time_to_target is None and acc >= sc.target_accuracy:
