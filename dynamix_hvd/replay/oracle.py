@@ -47,7 +47,7 @@ def candidate_batches(sim: ReplaySim, n_grid: int = N_GRID) -> np.ndarray:
 def integer_split(sim: ReplaySim, h: np.ndarray, B: int, cont: np.ndarray) -> np.ndarray:
     """Integer local batches summing to B near the continuous split, extra samples to the ranks
     whose time grows least."""
-    cap = sim.tp.cap
+    cap = np.asarray(sim.caps)    # per-rank memory (a scenario may lower it below the workload cap)
     b = np.clip(np.floor(cont + 1e-9).astype(np.int64), 1, cap)
     rem = int(B - b.sum())
     while abs(rem) >= b.size:      # bulk: spread whole rounds over the ranks with room
@@ -66,6 +66,8 @@ def integer_split(sim: ReplaySim, h: np.ndarray, B: int, cont: np.ndarray) -> np
             ok = cand <= cap
             t = np.where(ok, sim.tp.rank_times(h, np.minimum(cand, cap)), np.inf)
             k = min(rem, int(ok.sum()))
+            if k == 0:
+                break                  # every rank at its memory cap: B is not reachable
             pick = np.argpartition(t, k - 1)[:k] if k < t.size else np.arange(t.size)
             b[pick] += 1
             rem -= k
@@ -73,6 +75,8 @@ def integer_split(sim: ReplaySim, h: np.ndarray, B: int, cont: np.ndarray) -> np
             ok = b > 1
             t = np.where(ok, sim.tp.rank_times(h, b), -np.inf)
             k = min(-rem, int(ok.sum()))
+            if k == 0:
+                break
             pick = np.argpartition(-t, k - 1)[:k] if k < t.size else np.arange(t.size)
             b[pick] -= 1
             rem += k
@@ -94,7 +98,9 @@ def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_e
     while not sim.done and sim.decisions < max_decisions:
         lengths, F = sim.fluct.chunks(sim.t, K)
         h = sim.hw * (lengths @ F) / lengths.sum()
-        T, cont = equal_time_totals(sim.tp.envelope(h), sim.tp.grid, cands)
+        L = sim.sync_mult              # h compute + L sync = L (h/L compute + sync): same split
+        T, cont = equal_time_totals(sim.tp.envelope(h / L), sim.tp.grid, cands)
+        T = T * L
         order = [0]
         if cands.size > 1:
             s_now = ProgressModel.position(sim.P, cumC)
@@ -129,7 +135,9 @@ def run_hindsight(sim: ReplaySim, seed: int, n_constant: int = N_CONSTANT,
     if n_constant > 0:
         # constant batches ranked by their time to target at the start's speeds
         sim.reset(seed)
-        T, _ = equal_time_totals(sim.tp.envelope(sim.hw.astype(float)), sim.tp.grid, cands)
+        L = sim.sync_mult
+        T, _ = equal_time_totals(sim.tp.envelope(sim.hw.astype(float) / L), sim.tp.grid, cands)
+        T = T * L
         with np.errstate(invalid="ignore"):
             est = np.ceil(cumC[:, -1] / cands) * T
         for m in np.argsort(est)[:n_constant]:

@@ -3,6 +3,8 @@
     dynamix replay --workload DIR --speed-trace FILE|cov:FILE|none --workers N \\
         --controllers static,proportional,goodput,ppo,random,hindsight --seeds K --out OUT.json \\
         [--speeds 1,1,2,4] [--target METRIC]
+    dynamix replay --workload DIR --scenario FILE|NAME [--time-scale auto|X] ...   (a live scenario's
+        cluster, links, events and speed traces; ``replay/scenario.py`` says how they map)
 
 Seed s fixes the world (hardware factors unless --speeds, fluctuation offsets, measurement noise);
 every controller and the oracle run in the same world for a given seed (paired comparison).
@@ -74,6 +76,51 @@ def make_world(workload: str, speed_trace: str, n: int, speeds: Sequence[float] 
     return World(wl.name, ReplaySim(pm, tp, tr, n, speeds, interval_steps, base_batch), tr)
 
 
+def make_scenario_world(workload: str, scenario: str, target: float | None = None,
+                        interval_steps: int | None = None, base_batch: int | None = None,
+                        time_scale: str | float = "auto", log: Any = print) -> World:
+    """The replay world of a live scenario on a measured workload (``replay/scenario.py``)."""
+    from dynamix_hvd.emulate.scenario import load_scenario
+    from dynamix_hvd.replay.scenario import ScenarioDynamics, describe, gradient_bytes, is_captured
+
+    sc = load_scenario(scenario)
+    wdir = resolve_workload(workload)
+    wl = load_pollux(wdir)
+    pm = build_progress(wl, target)
+    n = sc.world_size
+    tp = build_throughput(wl.throughput, n)
+    captured = is_captured(wdir, sc)
+    dyn = ScenarioDynamics(sc, gradient_bytes(sc), captured)
+    if base_batch is None:
+        base_batch = sc.base_batch
+        if base_batch > tp.cap:
+            log(f"note: the scenario's base_batch {sc.base_batch} is above the workload's memory cap {tp.cap}; "
+                f"using the replay's default")
+            base_batch = None
+    caps = [max(1, min(tp.cap, w.max_batch)) for w in sc.workers]
+    sched = dyn.traces
+    stride = math.gcd(*[s.steps_per_row for s in sched.series if s is not None]) if sched.active else 1
+    tr = SpeedTrace("schedule", f"scenario:{sc.name}", stride=stride, schedule=sched) if sched.active \
+        else SpeedTrace("none", "none")
+    # decision interval: the scenario's for a workload captured on it (the live cadence); otherwise the
+    # replay's automatic one (~300 decisions for the static run: a foreign workload's run is far longer)
+    sim = ReplaySim(pm, tp, tr, n, None, interval_steps or (sc.interval_steps if captured else None), base_batch,
+                    dynamics=dyn, caps=caps)
+    if str(time_scale) == "auto":
+        scale = 1.0
+        if not captured:
+            sim.reset(0)
+            b0 = np.full(n, sim.base_batch)
+            f0 = sched.factors(np.array([0]))[0]
+            replay_step = float(tp.rank_times(f0 * sim.hw, b0, sim.sync_mult).max())
+            scale = replay_step / dyn.live_static_step_s()
+    else:
+        scale = float(time_scale)
+    dyn.set_time_scale(scale)
+    sim.scenario_info = describe(dyn)
+    return World(wl.name, sim, tr)
+
+
 def build_controller(name: str, sim: ReplaySim, seed: int):
     from dynamix_hvd.controllers import make_controller
     bounds = sim.bounds()
@@ -120,7 +167,8 @@ def replay(world: World, controllers: Sequence[str], seeds: Sequence[int]) -> di
     for c in controllers:
         res[c] = summarise([run_one(sim, c, s)["time_to_target_s"] for s in seeds])
     pm = sim.pm
-    return {"workload": world.name, "workers": sim.n, "target_metric": pm.target, "controllers": res,
+    extra = {"scenario": sim.scenario_info} if sim.scenario_info else {}
+    return {"workload": world.name, "workers": sim.n, "target_metric": pm.target, "controllers": res, **extra,
             "settings": {"speed_trace": world.trace.label, "seeds": list(seeds), "metric_increases": pm.increasing,
                          "start_metric": pm.start, "base_batch": sim.base_batch, "interval_steps": sim.interval_steps,
                          "bounds": {"min_global_batch": sim.bounds().min_global_batch,
@@ -137,8 +185,14 @@ def parse_controllers(text: str) -> list[str]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", required=True, help="a directory in the Pollux trace format (or a shipped name)")
-    p.add_argument("--speed-trace", required=True, help="a PAI per-worker CSV, cov:FILE (the CoV table) or none")
-    p.add_argument("--workers", type=int, required=True, help="number of ranks N (1..64 measured, more extrapolated)")
+    p.add_argument("--speed-trace", default=None, help="a PAI per-worker CSV, cov:FILE (the CoV table) or none")
+    p.add_argument("--workers", type=int, default=None, help="number of ranks N (1..64 measured, more extrapolated)")
+    p.add_argument("--scenario", default=None,
+                   help="a live bench scenario (file or shipped name): its ranks, speeds, links, events and speed "
+                        "traces replace --workers, --speeds and --speed-trace")
+    p.add_argument("--time-scale", default="auto",
+                   help="with --scenario: simulated seconds per scenario second for its events (auto: 1 for a "
+                        "workload captured on the scenario, else the static step-time ratio)")
     p.add_argument("--controllers", default=",".join(CONTROLLERS), help="comma list; ppo:PATH for a policy file")
     p.add_argument("--seeds", type=int, default=20, help="seeds 0..K-1 (one world each, shared by all controllers)")
     p.add_argument("--out", required=True, help="result JSON")
@@ -156,9 +210,27 @@ def run(args: argparse.Namespace) -> int:
         speeds = [float(x) for x in args.speeds.split(",")] if args.speeds else None
         if args.seeds < 1:
             raise ValueError(f"--seeds {args.seeds}: must be >= 1")
-        world = make_world(args.workload, args.speed_trace, args.workers, speeds, args.target,
-                           args.interval_steps, args.base_batch)
-    except ValueError as exc:      # TraceError is a ValueError
+        if args.scenario is not None:
+            given = [f for f, v in (("--speed-trace", args.speed_trace), ("--workers", args.workers),
+                                    ("--speeds", args.speeds)) if v is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)}: not with --scenario (the scenario sets them)")
+            if args.time_scale != "auto":
+                try:
+                    ts = float(args.time_scale)
+                except ValueError:
+                    ts = math.nan
+                if not (ts > 0 and math.isfinite(ts)):
+                    raise ValueError(f"--time-scale {args.time_scale!r}: 'auto' or a number > 0")
+            world = make_scenario_world(args.workload, args.scenario, args.target, args.interval_steps,
+                                        args.base_batch, args.time_scale)
+        else:
+            missing = [f for f, v in (("--speed-trace", args.speed_trace), ("--workers", args.workers)) if v is None]
+            if missing:
+                raise ValueError(f"{', '.join(missing)}: required (or give --scenario)")
+            world = make_world(args.workload, args.speed_trace, args.workers, speeds, args.target,
+                               args.interval_steps, args.base_batch)
+    except ValueError as exc:      # TraceError and ScenarioError are ValueErrors
         print(f"dynamix replay: {exc}")
         return 2
     out = replay(world, names, list(range(args.seeds)))

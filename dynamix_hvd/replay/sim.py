@@ -58,13 +58,19 @@ class Interval:
     tau: np.ndarray        # (C, N) per-chunk rank times
     lengths: np.ndarray    # (C,)
     step_mean: float
+    sync_mult: float = 1.0  # step-weighted mean multiplier of the sync time (a scenario's links)
 
 
 class ReplaySim:
     def __init__(self, progress: ProgressModel, tp: ThroughputModel, trace: SpeedTrace, n: int,
                  speeds: Sequence[float] | None = None, interval_steps: int | None = None,
-                 base_batch: int | None = None, budget_factor: float = 20.0, deadband: float = 0.05) -> None:
+                 base_batch: int | None = None, budget_factor: float = 20.0, deadband: float = 0.05,
+                 dynamics: Any = None, caps: Sequence[int] | None = None) -> None:
         self.pm, self.tp, self.trace, self.n = progress, tp, trace, int(n)
+        self.dyn = dynamics      # replay.scenario.ScenarioDynamics: hardware, links, events in time
+        self.caps = tuple(int(c) for c in caps) if caps is not None else (tp.cap,) * self.n
+        self.sync_mult = 1.0
+        self.scenario_info: dict[str, Any] | None = None   # set by runner.make_scenario_world
         self.fixed_speeds = None if speeds is None else cycle_speeds(speeds, self.n)
         self.base_batch = int(base_batch) if base_batch else default_base_batch(progress, tp, self.n)
         if not 1 <= self.base_batch <= tp.cap:
@@ -79,7 +85,7 @@ class ReplaySim:
         self.budget_factor, self.deadband = float(budget_factor), float(deadband)
         self.K = K
         self._raw_template = np.full((self.n, len(RAW_WORKER_FIELDS)), NAN)
-        self._raw_template[:, 1] = tp.cap
+        self._raw_template[:, 1] = self.caps
 
     # ------------------------------------------------------------------ setup
     def cum(self, B: int) -> np.ndarray:
@@ -96,20 +102,24 @@ class ReplaySim:
         return c0 + f * (c1 - c0) if f > 0 else c0
 
     def bounds(self) -> PlanBounds:
-        n, cap = self.n, self.tp.cap
-        hi = max(self.B0, min(n * cap, int(self.pm.batches[-1])))
-        return PlanBounds(max_batch=(cap,) * n, min_batch=1, quantum=1, max_global_batch=hi,
+        n = self.n
+        hi = max(self.B0, min(sum(self.caps), int(self.pm.batches[-1])))
+        return PlanBounds(max_batch=self.caps, min_batch=1, quantum=1, max_global_batch=hi,
                           min_global_batch=max(n, self.B0 // 2), deadband=self.deadband)
 
     def reset(self, seed: int) -> None:
         rng = np.random.default_rng(seed)
-        self.hw = self.fixed_speeds.copy() if self.fixed_speeds is not None else draw_hardware(self.n, rng)
+        if self.dyn is not None:
+            st = self.dyn.state_at(0.0)
+            self.hw, self.sync_mult = st.hw.copy(), st.sync_mult
+        else:
+            self.hw = self.fixed_speeds.copy() if self.fixed_speeds is not None else draw_hardware(self.n, rng)
         self.fluct = Fluctuation(self.trace, self.n, rng)
         self.noise = np.random.default_rng([seed, 7])
         self.P, self.t, self.time, self.decisions = 0.0, 0, 0.0, 0
         self.reached = False
         b0 = np.full(self.n, self.base_batch)
-        step0 = float(self.tp.rank_times(self.hw, b0).max())
+        step0 = float(self.tp.rank_times(self.hw, b0, self.sync_mult).max())
         self.budget_s = self.budget_factor * self.static_steps * step0
         self._gap = self._gap_at(0.0)
         self._phi_obs = math.nan
@@ -120,8 +130,10 @@ class ReplaySim:
         return self.reached or self.time >= self.budget_s
 
     # ------------------------------------------------------------------ physics
-    def run_interval(self, sizes: Sequence[int] | np.ndarray, P: float | None = None, t: int | None = None) -> Interval:
-        """Run one interval from progress P at step t (default: the current ones), without committing."""
+    def run_interval(self, sizes: Sequence[int] | np.ndarray, P: float | None = None, t: int | None = None,
+                     time: float | None = None) -> Interval:
+        """Run one interval from progress P at step t and simulated time ``time`` (default: the
+        current ones), without committing."""
         b = np.asarray(sizes, dtype=np.int64)
         if b.shape != (self.n,) or not 1 <= b.min() <= b.max() <= self.tp.cap:
             raise ValueError(f"sizes {b.tolist()}: need {self.n} local batches in 1..{self.tp.cap}")
@@ -135,10 +147,35 @@ class ReplaySim:
         steps = int(min(self.interval_steps, max(1, steps_needed)))
         reached = steps_needed <= self.interval_steps
         lengths, F = self.fluct.chunks(t, steps)
-        tau = self.tp.rank_times(F * self.hw, b)
+        smult = 1.0
+        if self.dyn is None:
+            tau = self.tp.rank_times(F * self.hw, b)
+        else:
+            lengths, tau, smult = self._timeline(b, self.time if time is None else time, lengths, F)
         elapsed = float(lengths @ tau.max(axis=1))
         newP = float(self.K) if reached else ProgressModel.advance1(P, self._cum_list[B], steps * B)
-        return Interval(steps, elapsed, newP, reached, tau, lengths, elapsed / steps)
+        return Interval(steps, elapsed, newP, reached, tau, lengths, elapsed / steps, smult)
+
+    def _timeline(self, b: np.ndarray, time0: float, lengths: np.ndarray, F: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, float]:
+        """Chunks split where a scenario event's time falls (the step it falls in runs at the old
+        state): (lengths, (C, N) rank times, step-weighted mean sync multiplier)."""
+        dyn, T = self.dyn, time0
+        ls, taus, mults = [], [], []
+        for ell, f in zip(lengths.astype(int), F):
+            while ell > 0:
+                st = dyn.state_at(T)
+                tau = self.tp.rank_times(f * st.hw, b, st.sync_mult)
+                d = float(tau.max())
+                nxt = dyn.next_change(T)
+                k = ell if T + ell * d < nxt else min(ell, max(1, math.ceil((nxt - T) / d - 1e-12)))
+                ls.append(float(k))
+                taus.append(tau)
+                mults.append(st.sync_mult)
+                T += k * d
+                ell -= k
+        L = np.asarray(ls)
+        return L, np.asarray(taus), float(L @ np.asarray(mults) / L.sum())
 
     def step(self, sizes: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """Run and commit one interval; returns the raw per-rank measurements and the job stats."""
@@ -152,12 +189,15 @@ class ReplaySim:
         self.P, self.t, self.time = iv.new_progress, self.t + iv.steps, self.time + iv.elapsed
         self.reached = iv.reached
         self.decisions += 1
+        if self.dyn is not None:       # what the oracle's estimates start from
+            st = self.dyn.state_at(self.time)
+            self.hw, self.sync_mult = st.hw.copy(), st.sync_mult
 
     def observe(self, b: np.ndarray, iv: Interval) -> dict[str, Any]:
         n = self.n
         z = self.noise.standard_normal(3 * n + 4)
         sig = self.tp.timing_sigma
-        sync = self.tp.sync_at(b)
+        sync = self.tp.sync_at(b) * iv.sync_mult
         mult = np.exp(sig * z[:3 * n])
         compute = (iv.lengths @ iv.tau) / iv.steps - sync
         raw = self._raw_template.copy()

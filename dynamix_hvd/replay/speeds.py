@@ -55,6 +55,7 @@ class SpeedTrace:
     cov: list[np.ndarray] | None = None
     stride: int = 1
     workers: tuple[int, ...] = ()    # pai: the file's worker ids, one per column of ``series``
+    schedule: object = None          # schedule: a scenario's ``emulate.speedtrace.TraceSchedule``
 
 
 def load_speed_trace(spec: str, norm: str = "job") -> SpeedTrace:
@@ -80,6 +81,8 @@ class Fluctuation:
             self.cols = np.arange(n) % W
             self.off = int(rng.integers(T)) + (np.arange(n) // W) * (T // reps)
             self.T = T
+        elif trace.kind == "schedule":
+            pass                      # deterministic: the scenario fixes files, rows and draws
         elif trace.kind == "cov":
             c = trace.cov[int(rng.integers(len(trace.cov)))]
             self.sig = np.sqrt(np.log1p(c * c))
@@ -91,6 +94,8 @@ class Fluctuation:
         """(len(k), N) multipliers of trace samples k (sample index = step // stride)."""
         if self.trace.kind == "none":
             return np.ones((k.size, self.n))
+        if self.trace.kind == "schedule":
+            return self.trace.schedule.factors(np.asarray(k) * self.stride)  # type: ignore[attr-defined]
         if self.trace.kind == "pai":
             return self.trace.series[(k[:, None] + self.off[None, :]) % self.T, self.cols[None, :]]
         s = self.sig[(k + self.off0) % self.T][:, None]

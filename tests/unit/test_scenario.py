@@ -107,7 +107,8 @@ def test_not_toml() -> None:
 
 def test_shipped_set() -> None:
     shipped = shipped_scenarios()
-    for name in ("homogeneous", "hetero2x", "hetero4x", "slow_link", "node_slowdown", "link_degrade", "hetero8"):
+    for name in ("homogeneous", "hetero2x", "hetero4x", "slow_link", "node_slowdown", "link_degrade", "hetero8",
+                 "trace_job3", "trace_cov", "grad_mb_link", "hetero16"):
         assert name in shipped
     for name in shipped:
         sc = load_scenario(name)
@@ -121,6 +122,12 @@ def test_shipped_set() -> None:
     assert max(speeds) / min(speeds) == pytest.approx(4.0)
     homo = load_scenario("homogeneous").workers
     assert all(w == homo[0] for w in homo)
+    # issue 20: speed traces, grad_mb, 16 ranks
+    assert all(w.speed_trace.endswith("job_3_norm.csv") for w in load_scenario("trace_job3").workers)
+    assert all(w.speed_trace.startswith("cov:") for w in load_scenario("trace_cov").workers)
+    assert load_scenario("grad_mb_link").grad_mb == 0.6
+    assert min(w.bandwidth_mbit for w in load_scenario("grad_mb_link").workers) == 100
+    assert load_scenario("hetero16").world_size == 16
 
 
 def test_load_unknown_name() -> None:
