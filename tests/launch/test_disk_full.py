@@ -94,6 +94,7 @@ def test_full_disk_stop_ends_every_rank_cleanly(have_mpirun, small_disk, tmp_pat
         assert re.search(rf"rank {r} of 2 failed with CheckpointWriteError: checkpoint \S+ not written: "
                          r"ENOSPC \(No space left on device\) while writing \d+ bytes", out), out[-4000:]
     t_fail = max(float(m.group(1)) for m in re.finditer(r"SAVING rank=\d step=30 at=([0-9.]+)", out))
+    print(f"\nfull disk, checkpoint_on_error='stop': job ended {t_end - t_fail:.1f} s after the failing save began")
     assert t_end - t_fail < 30, f"job took {t_end - t_fail:.1f}s to end after the failed checkpoint"
     assert _on_disk_step(small_disk / "ck.pt") == 20                         # the previous one, intact
     assert sorted(p.name for p in small_disk.iterdir()) == ["ck.pt", "filler.bin"]
