@@ -259,3 +259,25 @@ def test_a_checkpoint_from_before_the_weights_loads():
     back = ComputeModel()
     back.load_state_dict(m.state_dict())
     assert back.obs[0][0][:2] == (24.0, 0.03) and math.isnan(back.obs[0][0][2])
+
+
+# ---------------------------------------------------------------- robust global batch (issue 24)
+@pytest.mark.parametrize("phi,rel,moves", [(100, 0.2, False),    # +4% at phi, a loss at phi x 1.2
+                                           (100, 0.01, True),    # the same +4% on a precise estimate
+                                           (40, 0.2, True)])     # +15% even at the pessimistic end
+def test_goodput_moves_the_global_batch_only_on_a_gain_beyond_the_noise_scales_error(phi, rel, moves):
+    ctl = make_controller("goodput", _bounds(4), 32)
+    sizes, c = [32] * 4, [0.003 + 0.001 * 32] * 4
+    for _ in range(2):
+        prop = ctl.decide(_state(sizes, c, se=[1e-5] * 4, phi=phi, stable=True, rel=rel, comm=0.02))
+    assert (sum(prop) < 128) == moves, ctl.last_reason
+    # with robust_k = 0 (the point estimate alone) the marginal case moves
+    point = make_controller("goodput", _bounds(4), 32, robust_k=0.0)
+    for _ in range(2):
+        prop0 = point.decide(_state(sizes, c, se=[1e-5] * 4, phi=phi, stable=True, rel=rel, comm=0.02))
+    assert sum(prop0) < 128, point.last_reason
+
+
+def test_robust_k_is_validated():
+    with pytest.raises(ValueError, match="robust_k"):
+        make_controller("goodput", _bounds(2), 32, robust_k=-1.0)
