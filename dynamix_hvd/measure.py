@@ -126,6 +126,15 @@ class StepMeter:
 MIN_SAMPLES = 16   # sampled steps per decision interval, at least (where the interval holds them)
 
 
+def _sq_norm(t: torch.Tensor) -> float:
+    """Sum of squares of a tensor's entries, in float32 or wider, without a copy where possible
+    (one BLAS dot over a contiguous float32 gradient)."""
+    if t.dtype == torch.float32 and t.is_contiguous():
+        flat = t.view(-1)
+        return float(torch.dot(flat, flat))
+    return float(torch.linalg.vector_norm(t, dtype=torch.float32 if t.dtype != torch.float64 else None)) ** 2
+
+
 def reduced_shares(sizes: Sequence[int], world: int) -> list[list[tuple[int, int, int]]]:
     """The reduced gradient split over the ranks for |G|^2: rank r takes elements
     [r E / N, (r+1) E / N) of the tensors laid end to end (E elements in all), as (tensor index,
@@ -154,7 +163,8 @@ class GradNoise:
         self.estimator = NoiseScaleEstimator(beta=beta)
         self.capturing = False
         self.local_scale = 1.0   # factor from the captured local gradients to the weighted ones
-        self._norms: list[torch.Tensor] = []
+        self._sq = 0.0           # this step's captured sum of squared local gradient entries
+        self._n_captured = 0
         self._share: list[tuple[int, int, int]] | None = None   # this rank's part of the reduced gradients
         self._share_key: tuple[int, ...] = ()
         self.reset_interval()
@@ -189,18 +199,20 @@ class GradNoise:
 
     def begin(self, capture: bool) -> None:
         self.capturing = capture
-        if self._norms:
-            self._norms.clear()
+        self._sq = 0.0
+        self._n_captured = 0
 
     def on_local(self, grad: torch.Tensor) -> None:
         """The engine's gradient hook: this rank's local gradient, ``local_scale`` x the weighted
         one (1, or n_i/T on a uniform step, where Horovod averages and the weight is never
         applied here)."""
-        self._norms.append(torch.linalg.vector_norm(grad, dtype=torch.float32))
+        self._sq += _sq_norm(grad)
+        self._n_captured += 1
 
     def cancel(self) -> None:
         self.capturing = False
-        self._norms.clear()
+        self._sq = 0.0
+        self._n_captured = 0
 
     def _my_share(self, reduced: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         key = tuple(t.numel() for t in reduced)
@@ -218,17 +230,16 @@ class GradNoise:
         """After the allreduce of a sampled step: accumulate c_i = (T/n_i)|weighted local|^2 and
         this rank's share of |G|^2 (``reduced`` = the reduced gradients, the same on every rank;
         None: no share taken here)."""
-        if not self.capturing or not self._norms or n_local <= 0:
+        if not self.capturing or not self._n_captured or n_local <= 0:
             self.cancel()
             return
-        v = torch.stack(self._norms)
-        c = (total / n_local) * float(torch.dot(v, v)) * self.local_scale ** 2
+        c = (total / n_local) * self._sq * self.local_scale ** 2
         self.sum_tc += total * c
         if reduced is not None:
-            mine = self._my_share(reduced)
-            if mine:
-                v = torch.stack(torch._foreach_norm(mine, 2, dtype=torch.float32))
-                self.sum_tg += total * float(torch.dot(v, v))
+            g = 0.0
+            for part in self._my_share(reduced):
+                g += _sq_norm(part)
+            self.sum_tg += total * g
         self.sum_t += total
         self.steps += 1
         self.cancel()
