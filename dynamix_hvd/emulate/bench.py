@@ -206,7 +206,8 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
     scenario_file = out / "scenario.toml"
     src = Path(sc.source) if sc.source else None
     if src and src.exists():
-        shutil.copyfile(src, scenario_file)
+        shutil.copyfile(src, scenario_file)   # the record; the workers read the original (speed_trace
+        scenario_file = src.resolve()          # paths are relative to it)
     from dynamix_hvd import workloads  # generate and cache the data once, before the ranks start
 
     workloads.load_data(workloads.get_workload(sc.workload).data)

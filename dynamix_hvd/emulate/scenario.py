@@ -118,7 +118,8 @@ class Scenario:
 
     def true_speeds(self, t_s: float, batch_sizes: tuple[int, ...] | None = None) -> list[float]:
         """Per-rank true samples/s at time ``t_s`` (the oracle's knowledge). With
-        ``batch_sizes`` it includes the fixed cost, else it is the marginal speed."""
+        ``batch_sizes`` it includes the fixed cost, else it is the marginal speed. Speed traces are not
+        included (they follow the step count: ``EmulatedDevice.true_speeds`` has them)."""
         ws = self.workers_at(t_s)
         if batch_sizes is None:
             return [w.samples_per_s for w in ws]

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from dynamix_hvd import workloads
 from dynamix_hvd.emulate.device import EmulatedDevice, EmulatedOOM, TrainingClock
+from dynamix_hvd.emulate.payload import with_payload
 from dynamix_hvd.emulate.scenario import load_scenario, override
 from dynamix_hvd.errors import OutOfMemoryError
 
@@ -108,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
 
     net, data = workloads.build(sc.workload, seed=sc.seed)
-    model = coll.wrap(net)           # DDP(net) for the ddp engine; evaluation uses net itself
+    # grad_mb: net + a zero-gradient payload parameter allreduced with the real gradients
+    model = coll.wrap(with_payload(net, sc.grad_mb))   # DDP(...) for the ddp engine; evaluation uses net itself
     optimizer = torch.optim.Adam(model.parameters(), lr=sc.lr)
     clock = TrainingClock()
     link = None
