@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("dynamix_hvd.report", "write a PNG report of a run directory"),
     "demo": ("dynamix_hvd.demo", "the main job: a small multi-rank training run"),
     "replay": ("dynamix_hvd.replay.runner", "controllers and a hindsight oracle on measured workload and straggler traces"),
+    "capture-trace": ("dynamix_hvd.emulate.capture", "measure a scenario's workload at several global batches (Pollux format)"),
     "eval-replay": ("dynamix_hvd.agent.replay_eval", "policy vs baselines vs hindsight per replay cell, held-out seeds"),
 }
 
