@@ -125,7 +125,7 @@ def test_shipped_set() -> None:
     # issue 20: speed traces, grad_mb, 16 ranks
     assert all(w.speed_trace.endswith("job_3_norm.csv") for w in load_scenario("trace_job3").workers)
     assert all(w.speed_trace.startswith("cov:") for w in load_scenario("trace_cov").workers)
-    assert load_scenario("grad_mb_link").grad_mb == 0.6
+    assert load_scenario("grad_mb_link").grad_mb == 0.25
     assert min(w.bandwidth_mbit for w in load_scenario("grad_mb_link").workers) == 100
     assert load_scenario("hetero16").world_size == 16
 
