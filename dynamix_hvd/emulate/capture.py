@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from dynamix_hvd.emulate.scenario import Scenario, load_scenario
 
-from dynamix_hvd.replay.scenario import CAPTURE_FILE  # noqa: E402  (one name for writer and reader)
+CAPTURE_FILE = "capture.json"   # read by replay/scenario.py
 
 
 def reference_toml(sc: Scenario, global_batch: int) -> str:

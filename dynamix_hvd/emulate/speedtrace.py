@@ -1,7 +1,7 @@
 """Per-worker speed traces of a scenario: which multiplier a rank's compute time has at each step.
 
 A worker with ``speed_trace`` replays a measured series of relative mini-batch times. The files
-are read by the replay simulator's loader (``replay.speeds.load_speed_trace``, itself on
+are read by the replay simulator's loader (``traces.fluctuation.load_speed_trace``, itself on
 ``traces.pai``): one parser, one normalisation, one CoV generator for the live bench and the replay.
 
 * ``speed_trace = "FILE"`` (a PAI per-worker file, ``job_2_norm.csv`` format) with
@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dynamix_hvd.replay.speeds import Fluctuation, SpeedTrace, load_speed_trace
+from dynamix_hvd.traces.fluctuation import Fluctuation, SpeedTrace, load_speed_trace
 
 
 @functools.lru_cache(maxsize=32)

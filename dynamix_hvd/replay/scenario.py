@@ -43,7 +43,7 @@ from dynamix_hvd.emulate.scenario import LINK_KEYS, Scenario, WorkerSpec
 from dynamix_hvd.emulate.speedtrace import TraceSchedule
 from dynamix_hvd.perfmodel import ring_allreduce_s
 
-CAPTURE_FILE = "capture.json"
+from dynamix_hvd.emulate.capture import CAPTURE_FILE  # noqa: E402  (written by capture-trace)
 
 
 def gradient_bytes(sc: Scenario) -> float:
