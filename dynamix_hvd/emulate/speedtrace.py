@@ -10,7 +10,7 @@ are read by the replay simulator's loader (``traces.fluctuation.load_speed_trace
   default ``norm="job"``: a worker that was slower than the others stays slower).
 * ``speed_trace = "cov:FILE"`` (the CoV table, ``coefficient_variation.csv`` format) with
   ``speed_trace_seed = S`` (default: the scenario's ``seed``): the replay world's generator
-  (``replay.speeds.Fluctuation``) drawn with ``numpy.random.default_rng(S)`` for the scenario's
+  (``traces.fluctuation.Fluctuation``) drawn with ``numpy.random.default_rng(S)`` for the scenario's
   N ranks (one job row, one start column, one z_r per rank); rank r takes column r. Every worker
   naming the same file and seed shares that one draw, as the ranks of one replay world do.
 
@@ -18,7 +18,7 @@ Rows to steps: training step s (0-based, counted by the device after every optim
 the same on every rank) uses trace row ``(speed_trace_offset + s // speed_trace_steps_per_row)
 mod T`` (T rows; the series wraps). ``speed_trace_steps_per_row`` defaults to the file's sampling
 interval (``PaiJob.stride``: 10 iterations for the shipped PAI files; 10 for the CoV table,
-``replay.speeds.COV_STRIDE``), so by default one training step stands for one measured iteration.
+``traces.fluctuation.COV_STRIDE``), so by default one training step stands for one measured iteration.
 """
 from __future__ import annotations
 
