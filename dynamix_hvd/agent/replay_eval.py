@@ -25,9 +25,11 @@ Baseline and policy times are cached per (cell, seed, controller[, policy file h
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import math
+import os
 import time
 from multiprocessing import get_context
 from pathlib import Path
@@ -66,13 +68,17 @@ def _run_task(task: tuple[tuple[str, int, str, str, tuple[int, ...]], list[str],
 
 
 def _write_cache(cp: Path, new: dict[str, float | None]) -> None:
-    """Merge ``new`` into the cache file (other evaluations may write it too), atomically."""
+    """Merge ``new`` into the cache file (other evaluations may write it too), atomically. The
+    read-merge-write holds an exclusive lock on ``CACHE.lock``: without it two evaluations sharing
+    the cache (``--reverse``) overwrote each other's new episodes (seen: 29 of 6,720 lost)."""
     cp.parent.mkdir(parents=True, exist_ok=True)
-    merged = json.loads(cp.read_text()) if cp.is_file() else {}
-    merged.update(new)
-    tmp = cp.with_suffix(f".tmp{id(new)}")
-    tmp.write_text(json.dumps(merged))
-    tmp.replace(cp)
+    with open(cp.with_name(cp.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = json.loads(cp.read_text()) if cp.is_file() else {}
+        merged.update(new)
+        tmp = cp.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(merged))
+        tmp.replace(cp)
 
 
 def _median(xs: Sequence[float | None]) -> float:
