@@ -320,3 +320,20 @@ def test_compute_model_restarts_at_once_on_a_rank_flagged_changed():
     m.add([32, 32], [0.005 + 1e-3 * 32, slow], changed=[1, 0])
     alpha, beta = m.fit()
     assert (alpha[0] + beta[0] * 32) == pytest.approx(0.005 + 1e-3 * 32, rel=1e-6)
+
+
+def test_split_sums_equal_the_direct_definition():
+    """model._split_sums (prefix sums, O(N log N)) against sum_i clip((T - a_i) / b_i, lo, hi_i)."""
+    from dynamix_hvd.controllers.model import _split_sums
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        n = int(rng.integers(1, 80))
+        alpha = rng.uniform(0, 0.02, n) * (rng.random(n) < 0.8)
+        inv = 1.0 / rng.uniform(1e-4, 5e-3, n)
+        lo = float(rng.integers(1, 8))
+        hi = np.maximum(rng.integers(8, 300, n).astype(float), lo)
+        if trial % 5 == 0:
+            hi[: n // 2] = lo                       # ranks pinned at lo = hi
+        T = np.sort(np.concatenate([alpha + lo / inv, alpha + hi / inv, rng.uniform(-0.1, 2.0, 7)]))
+        want = np.clip((T[:, None] - alpha) * inv, lo, hi).sum(axis=1)
+        np.testing.assert_allclose(_split_sums(alpha, inv, lo, hi, T), want, rtol=1e-12, atol=1e-9)
