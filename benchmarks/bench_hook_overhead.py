@@ -44,7 +44,9 @@ VARIANTS = {
     "react=False": {"react": False},
     "oom_redo=False": {"oom_redo": False},
     "collector=False": {"collector": False},
+    "stall_timeout_s=0": {"stall_timeout_s": 0},    # no watchdog thread
     "all four off": {"gns": False, "react": False, "oom_redo": False, "collector": False},
+    "all five off": {"gns": False, "react": False, "oom_redo": False, "collector": False, "stall_timeout_s": 0},
     "min_decision_s=0": {"min_decision_s": 0},       # a decision every interval_steps (10) steps
 }
 
@@ -183,7 +185,8 @@ def main() -> None:
     p.add_argument("--widths", default="256,768,2048", help="MLP hidden widths (step times ~3/15/50 ms at np 2)")
     p.add_argument("--width", type=int, default=256, help=argparse.SUPPRESS)
     p.add_argument("--breakdown", action="store_true", help="also the hook with each feature off")
-    p.add_argument("--variants", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--variants", default=None, help="hook variants to run (comma-separated names of the "
+                   "breakdown: hook,gns=False,...; default: hook, or all with --breakdown)")
     p.add_argument("--rounds", type=int, default=5, help="ABBA rounds per job")
     p.add_argument("--block-s", type=float, default=1.0, help="seconds per plain block")
     p.add_argument("--warmup", type=int, default=10)
@@ -194,6 +197,11 @@ def main() -> None:
         worker(args)
         return
     variants = list(VARIANTS) if args.breakdown else ["hook"]
+    if args.variants:
+        variants = args.variants.split(",")
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown:
+            p.error(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     print(f"reproduce: {' '.join(sys.argv)}", flush=True)

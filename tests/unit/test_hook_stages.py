@@ -235,3 +235,52 @@ def test_gradient_statistics_sampling_rule():
     assert taken(2, 30, 40) == list(range(1, 40, 2))         # window longer than the interval
     assert taken(1, 4, 50) == [46, 47, 48, 49]
     assert taken(2, 0, 10, world=1) == []
+
+
+class _NoComp:
+    @staticmethod
+    def compress(t):
+        return t, None
+
+    @staticmethod
+    def decompress(t, ctx):
+        return t
+
+
+@pytest.mark.parametrize("average", [False, True])
+def test_flags_ride_inside_the_carrier_gradient(average):
+    """The carrier gradient leaves compress() with the flag slots appended; a reduction over 3
+    ranks (simulated: the sum, or the mean on an averaged step) gives back every rank's flags and
+    the reduced gradient in the carrier's shape, and no other gradient is touched."""
+    from dynamix_hvd.apply import StepFlags, flag_carrier
+
+    world, shape = 3, (2, 3)
+    carrier, other = torch.nn.Parameter(torch.zeros(shape)), torch.nn.Parameter(torch.zeros(4))
+    sent, flags = [], []
+    for r in range(world):
+        f = StepFlags(None, r, world)
+        w = Weighting(_NoComp, 2, scale=lambda: 1.0, on_local=None, last=None, carrier=carrier, flags=f,
+                      flag_values=lambda r=r: (7 * (r == 1), int(r == 2)))
+        w.reset(average)
+        carrier.grad, other.grad = torch.full(shape, float(r + 1)), torch.ones(4)
+        out_o, ctx_o = w.compress(other.grad)
+        assert out_o is other.grad and ctx_o is None and not w.carried
+        out, ctx = w.compress(carrier.grad)
+        assert w.carried and out.shape == (6 + 2 * world,)
+        sent.append(out)
+        flags.append((w, f, ctx))
+    reduced = torch.stack(sent).sum(0) / (world if average else 1)
+    for w, f, ctx in flags:
+        grad = w.decompress(reduced.clone(), ctx)
+        assert grad.shape == shape
+        assert torch.allclose(grad, torch.full(shape, 6.0 / (world if average else 1)))
+        oom, react = f.take()
+        assert oom.tolist() == [0, 7, 0] and react == [2]
+        with pytest.raises(RuntimeError, match="never came back"):
+            f.take()                        # read once per step
+    # the carrier: the optimizer's first parameter, dense float32/64, no user compression
+    p16 = torch.nn.Parameter(torch.zeros(2, dtype=torch.float16))
+    assert flag_carrier([carrier, other], {carrier, other}, _NoComp, _NoComp) is carrier
+    assert flag_carrier([carrier, other], {carrier, other}, object(), _NoComp) is None
+    assert flag_carrier([p16, other], {p16, other}, _NoComp, _NoComp) is None
+    assert flag_carrier([carrier, other], {other}, _NoComp, _NoComp) is None
