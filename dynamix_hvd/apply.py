@@ -16,12 +16,13 @@
                 differ), so the single scale at the end gives sum_j w_j g_j exactly.
 ``StepFlags``   out-of-memory batch and early-decision flag of every rank, carried *inside* one
                 gradient's allreduce: the compression wrapper appends the flag slots to the
-                carrier parameter's gradient (the first parameter of the optimizer, the same on
-                every rank, normally the last gradient of the backward pass) and splits them off
+                carrier parameter's gradient (the optimizer's first parameter of at most 4096
+                elements, the same on every rank, normally among the last gradients of the
+                backward pass) and splits them off
                 again in ``decompress``; read in ``optimizer.step()`` before the update is
                 applied. No tensor, handle or collective of its own per step (a copy of one
                 gradient, usually a small one). Where no gradient can carry them (a user
-                compression, a non-float32/64 first parameter) they are reduced as a tensor of
+                compression, no float32/64 parameter small enough) they are reduced as a tensor of
                 their own beside the gradients, with their op, so Horovod fuses them.
 ``oom_replan``  lower the caps of the ranks that ran out of memory and re-split the same step.
 ``apply_lr``    the LR rule for the plan in force.
@@ -159,18 +160,24 @@ class Weighting:
         return self.inner.decompress(tensor, ctx)
 
 
+CARRIER_MAX_ELEMENTS = 4096   # the carrier is copied once per step with the flags appended (<= 16 KiB in float32)
+
+
 def flag_carrier(params: list[torch.nn.Parameter], requires_update: Any, compression: Any,
                  none_compression: Any) -> torch.nn.Parameter | None:
-    """The parameter whose gradient carries the step's flags: the optimizer's first parameter
-    (the same on every rank; the first used in the forward pass of most models, so its gradient
-    is the last of the backward pass, after any out-of-memory error in it), when it is reduced
-    dense in float32/float64 without a compression of the user's; else None (flags separate)."""
-    if compression is not none_compression or not params:
+    """The parameter whose gradient carries the step's flags: the first of the optimizer's
+    parameters (the same on every rank) that is reduced dense in float32/float64 and has at most
+    ``CARRIER_MAX_ELEMENTS`` elements (its gradient is copied once per step). The first
+    parameters are the first used in the forward pass of most models, so their gradients are
+    the last of the backward pass, after any out-of-memory error in it. None (flags sent
+    separately) with a compression of the user's or when no parameter qualifies."""
+    if compression is not none_compression:
         return None
-    p = params[0]
-    if p not in requires_update or p.dtype not in (torch.float32, torch.float64) or p.is_sparse:
-        return None
-    return p
+    for p in params:
+        if (p in requires_update and p.dtype in (torch.float32, torch.float64) and not p.is_sparse
+                and p.numel() <= CARRIER_MAX_ELEMENTS):
+            return p
+    return None
 
 
 def rescale_accumulated(params: list[torch.nn.Parameter], factor: float) -> None:

@@ -126,10 +126,15 @@ class Dynamix(DynamixCore):
     def _check_oom_redoable(self, n: int) -> None:
         if self._weighting.carried:
             raise OutOfMemoryError(self.rank, n, detail=(
-                "it came after this step's flags had left with the gradient of the optimizer's first "
-                "parameter, so the other ranks cannot skip the update and the step cannot be redone. "
-                "That parameter's gradient is normally the last of the backward pass: pass the "
-                "optimizer a parameter list that starts with the model's input layer, or set oom_redo=False"))
+                "it came after this step's flags had left with the gradient of the optimizer's parameter "
+                f"{self._carrier_index()} (the first of at most 4096 elements), so the other ranks cannot skip "
+                "the update and the step cannot be redone. That gradient is normally among the last of the "
+                "backward pass: pass the optimizer a parameter list that starts with the model's input "
+                "layer, or set oom_redo=False"))
+
+    def _carrier_index(self) -> int:
+        c = self._weighting.carrier
+        return next((i for i, p in enumerate(self.local.params) if p is c), -1)
 
     def _optimizer_step(self, closure: Any) -> Any:
         t_entry = time.perf_counter()

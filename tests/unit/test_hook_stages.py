@@ -280,7 +280,10 @@ def test_flags_ride_inside_the_carrier_gradient(average):
             f.take()                        # read once per step
     # the carrier: the optimizer's first parameter, dense float32/64, no user compression
     p16 = torch.nn.Parameter(torch.zeros(2, dtype=torch.float16))
+    big = torch.nn.Parameter(torch.zeros(1 << 17))
     assert flag_carrier([carrier, other], {carrier, other}, _NoComp, _NoComp) is carrier
-    assert flag_carrier([carrier, other], {carrier, other}, object(), _NoComp) is None
-    assert flag_carrier([p16, other], {p16, other}, _NoComp, _NoComp) is None
-    assert flag_carrier([carrier, other], {other}, _NoComp, _NoComp) is None
+    assert flag_carrier([carrier, other], {carrier, other}, object(), _NoComp) is None   # user compression
+    assert flag_carrier([p16, other], {p16, other}, _NoComp, _NoComp) is other           # fp16: the next one
+    assert flag_carrier([carrier, other], {other}, _NoComp, _NoComp) is other             # not reduced: the next
+    assert flag_carrier([big, other], {big, other}, _NoComp, _NoComp) is other            # too large to copy
+    assert flag_carrier([p16, big], {p16, big}, _NoComp, _NoComp) is None
