@@ -49,6 +49,9 @@ VARIANTS = {
     "all five off": {"gns": False, "react": False, "oom_redo": False, "collector": False, "stall_timeout_s": 0},
     "min_decision_s=0": {"min_decision_s": 0},       # a decision every interval_steps (10) steps
 }
+_OFF = VARIANTS["all five off"]
+for _f in ("gns", "react", "oom_redo", "collector", "stall_timeout_s"):   # one feature on, the rest off
+    VARIANTS[f"only {_f}"] = {k: v for k, v in _OFF.items() if k != _f}
 
 
 # ---------------------------------------------------------------------------------------------
