@@ -192,7 +192,8 @@ def main() -> None:
                    "breakdown: hook,gns=False,...; default: hook, or all with --breakdown)")
     p.add_argument("--rounds", type=int, default=5, help="ABBA rounds per job")
     p.add_argument("--block-s", type=float, default=1.0, help="seconds per plain block")
-    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=60,
+                   help="untimed steps per block (60: past the first decision at step 10 and its short interval)")
     p.add_argument("--lock", default=None, help="run each mpirun job under `flock LOCK`")
     p.add_argument("--json", type=Path, default=None, help="append each job's result as a JSON line")
     args = p.parse_args()

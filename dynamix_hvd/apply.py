@@ -14,16 +14,10 @@
                 Micro-batches of one step with different weights: before micro-batch j > 0
                 the gradient accumulated so far is rescaled by w_{j-1}/w_j (only when they
                 differ), so the single scale at the end gives sum_j w_j g_j exactly.
-``StepFlags``   out-of-memory batch and early-decision flag of every rank, carried *inside* one
-                gradient's allreduce: the compression wrapper appends the flag slots to the
-                carrier parameter's gradient (the optimizer's first parameter of at most 4096
-                elements, the same on every rank, normally among the last gradients of the
-                backward pass) and splits them off
-                again in ``decompress``; read in ``optimizer.step()`` before the update is
-                applied. No tensor, handle or collective of its own per step (a copy of one
-                gradient, usually a small one). Where no gradient can carry them (a user
-                compression, no float32/64 parameter small enough) they are reduced as a tensor of
-                their own beside the gradients, with their op, so Horovod fuses them.
+``StepFlags``   out-of-memory batch and early-decision flag of every rank, reduced with
+                ``hvd.allreduce_async_`` beside the gradients and with their op, so Horovod fuses
+                them into the gradients' allreduce; read in ``optimizer.step()`` before the
+                update is applied. No extra collective of its own per step.
 ``oom_replan``  lower the caps of the ranks that ran out of memory and re-split the same step.
 ``apply_lr``    the LR rule for the plan in force.
 """
@@ -42,13 +36,11 @@ from dynamix_hvd.wire import flag_slots, read_flags, set_flags
 
 
 class StepFlags:
-    """The per-step flag vector (wire.py layout), reduced with the gradients of the step and with
-    their op (Sum, or Average on a uniform step; averaged flags are multiplied back by the world
-    size: small integers, exact after rounding). Two ways:
-      carried   ``pack`` appends the slots to the carrier gradient in the compression wrapper,
-                ``unpack`` splits the reduced vector back in ``decompress``: no tensor of its own;
-      separate  ``submit`` reduces the flag tensor with ``hvd.allreduce_async_`` beside the
-                gradients, ``wait`` synchronizes it (Horovod fuses it: same op as theirs)."""
+    """The per-step flag vector (wire.py layout), allreduced beside the gradients with the same
+    op as the gradients of the step (Sum, or Average on a uniform step): Horovod fuses only
+    tensors with equal pre/postscale factors, so with the gradients' op the flags travel inside
+    the gradients' fused allreduce instead of an MPI allreduce of their own. Averaged flags are
+    multiplied back by the world size (small integers: exact after rounding)."""
 
     def __init__(self, hvd: Any, rank: int, world: int) -> None:
         self.hvd, self.rank, self.world = hvd, rank, world
@@ -56,7 +48,6 @@ class StepFlags:
         self._np = self._tensor.numpy()
         self._handle: Any = None
         self._averaged = False
-        self.received = False      # carried: this step's reduced flags were unpacked
 
     @property
     def pending(self) -> bool:
@@ -70,57 +61,22 @@ class StepFlags:
         self._handle = self.hvd.allreduce_async_(self._tensor, name="dynamix.flags",
                                                  op=self.hvd.Average if average else self.hvd.Sum)
 
-    def pack(self, grad: torch.Tensor, oom_batch: int, react: int, average: bool) -> torch.Tensor:
-        """The carrier gradient with this rank's flag slots appended (one new flat tensor)."""
-        set_flags(self._np, self.rank, self.world, oom_batch, react)
-        self._averaged = average
-        self.received = False
-        return torch.cat((grad.reshape(-1), self._tensor.to(grad.dtype)))
-
-    def unpack(self, reduced: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-        """The reduced carrier: its flags into this step's result, its gradient part (a view,
-        no copy) returned for ``p.grad``."""
-        n = reduced.numel() - self._np.size
-        self._np[:] = reduced[n:].numpy() if reduced.dtype == torch.float32 else reduced[n:].float().numpy()
-        self.received = True
-        return reduced[:n].view(shape)
-
-    def _result(self) -> tuple[np.ndarray | None, list[int] | None]:
-        if not self._np.any():              # the common case: nothing to report
-            return None, None
-        return read_flags(self._np * self.world if self._averaged else self._np, self.world)
-
-    def take(self) -> tuple[np.ndarray | None, list[int] | None]:
-        """Carried: this step's unpacked flags (the gradients were synchronized)."""
-        if not self.received:
-            raise RuntimeError("dynamix: the step's flags never came back with the carrier gradient")
-        self.received = False
-        return self._result()
-
     def wait(self) -> tuple[np.ndarray | None, list[int] | None]:
-        """Separate: (oom batch per rank or None, ranks asking for an early decision or None)."""
+        """(oom batch per rank or None, ranks asking for an early decision or None)."""
         if self._handle is None:
             raise RuntimeError("dynamix: the step's flags were never submitted")
         self.hvd.synchronize(self._handle)
         self._handle = None
-        return self._result()
-
-
-class _Carried:
-    """``compress``'s context for the carrier gradient: its shape, to split the flags off."""
-    __slots__ = ("shape",)
-
-    def __init__(self, shape: torch.Size) -> None:
-        self.shape = shape
+        if not self._np.any():              # the common case: nothing to report
+            return None, None
+        return read_flags(self._np * self.world if self._averaged else self._np, self.world)
 
 
 class Weighting:
     """Horovod compression wrapper applying the n_i/T weight (see the module docstring)."""
 
     def __init__(self, inner: Any, n_params: int, scale: Callable[[], float],
-                 on_local: Callable[[torch.Tensor], None] | None, last: Callable[[], None] | None,
-                 carrier: torch.nn.Parameter | None = None, flags: StepFlags | None = None,
-                 flag_values: Callable[[], tuple[int, int]] | None = None) -> None:
+                 on_local: Callable[[torch.Tensor], None] | None, last: Callable[[], None] | None) -> None:
         self.inner = inner            # the user's compression (Compression.none by default)
         self.n_params = n_params      # gradients Horovod reduces per step
         self.scale = scale            # the weight to apply now (float)
@@ -128,15 +84,10 @@ class Weighting:
         self.last = last              # called once all gradients of the step are submitted
         self.seen = 0                 # gradients handed to Horovod in this step
         self.average = False          # this step: Horovod averages (uniform plan), no weight here
-        self.carrier = carrier        # the parameter whose gradient carries the flags, or None
-        self.flags = flags
-        self.flag_values = flag_values
-        self.carried = False          # this step's carrier gradient was handed to Horovod
 
     def reset(self, average: bool = False) -> None:
         self.seen = 0
         self.average = average
-        self.carried = False
 
     def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
         if not self.average:
@@ -148,36 +99,10 @@ class Weighting:
         self.seen += 1
         if self.seen == self.n_params and self.last is not None:
             self.last()
-        carrier = self.carrier
-        if carrier is not None and tensor is carrier.grad:
-            self.carried = True
-            return self.flags.pack(tensor, *self.flag_values(), self.average), _Carried(tensor.shape)  # type: ignore[union-attr, misc]
         return self.inner.compress(tensor)
 
     def decompress(self, tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        if isinstance(ctx, _Carried):
-            return self.flags.unpack(tensor, ctx.shape)  # type: ignore[union-attr]
         return self.inner.decompress(tensor, ctx)
-
-
-CARRIER_MAX_ELEMENTS = 4096   # the carrier is copied once per step with the flags appended (<= 16 KiB in float32)
-
-
-def flag_carrier(params: list[torch.nn.Parameter], requires_update: Any, compression: Any,
-                 none_compression: Any) -> torch.nn.Parameter | None:
-    """The parameter whose gradient carries the step's flags: the first of the optimizer's
-    parameters (the same on every rank) that is reduced dense in float32/float64 and has at most
-    ``CARRIER_MAX_ELEMENTS`` elements (its gradient is copied once per step). The first
-    parameters are the first used in the forward pass of most models, so their gradients are
-    the last of the backward pass, after any out-of-memory error in it. None (flags sent
-    separately) with a compression of the user's or when no parameter qualifies."""
-    if compression is not none_compression:
-        return None
-    for p in params:
-        if (p in requires_update and p.dtype in (torch.float32, torch.float64) and not p.is_sparse
-                and p.numel() <= CARRIER_MAX_ELEMENTS):
-            return p
-    return None
 
 
 def rescale_accumulated(params: list[torch.nn.Parameter], factor: float) -> None:

@@ -185,13 +185,8 @@ class DynamixCore(lifecycle.DeprecatedLoop):
             n = cur[2] if cur else 0
             if not self.config.oom_redo:
                 raise OutOfMemoryError(self.rank, n)
-            self._check_oom_redoable(n)
             self.local.oom_batch = max(self.local.oom_batch, n, 1)
             self.local.gns.cancel()
-
-    def _check_oom_redoable(self, n: int) -> None:
-        """An engine raises here when the step's flags already left (the other ranks could not
-        learn of this error in time to skip the update)."""
 
     def sync_batchnorm_stats(self) -> int:
         """Collective, before evaluating or saving: every rank's BatchNorm running statistics become

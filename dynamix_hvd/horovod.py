@@ -37,13 +37,12 @@ import numpy as np
 import torch
 
 from dynamix_hvd import lifecycle
-from dynamix_hvd.apply import (StepFlags, Weighting, flag_carrier, horovod_optimizer, rescale_accumulated,
-                               skip_and_replan)
+from dynamix_hvd.apply import StepFlags, Weighting, horovod_optimizer, rescale_accumulated, skip_and_replan
 from dynamix_hvd.comm import make_comm
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import Controller
 from dynamix_hvd.core import DynamixCore, load_config
-from dynamix_hvd.errors import DynamixError, OutOfMemoryError
+from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.records import WorkerStats
 
 class Dynamix(DynamixCore):
@@ -87,19 +86,9 @@ class Dynamix(DynamixCore):
         self._rehook()
 
     def _rehook(self) -> None:
-        """Horovod's hooks and the step's flags for the current world (also after a resize):
-        carried inside the carrier parameter's gradient where one can carry them."""
-        inner = self.hvd_optimizer
-        self._hooked = bool(inner._requires_update)   # noqa: SLF001 - Horovod registered its hooks
+        """Horovod's hooks and the flag allreduce for the current world (also after a resize)."""
+        self._hooked = bool(self.hvd_optimizer._requires_update)   # noqa: SLF001 - Horovod registered its hooks
         self._flags = self._make_flags()
-        w = self._weighting
-        w.carrier = flag_carrier(self.local.params, inner._requires_update,  # noqa: SLF001
-                                 w.inner, self.hvd.Compression.none) if self._flags is not None else None
-        w.flags, w.flag_values = self._flags, self._flag_values
-        w.last = self._submit_flags if w.carrier is None else None
-
-    def _flag_values(self) -> tuple[int, int]:
-        return self.local.oom_batch, self.local.react_flag
 
     def _make_flags(self) -> StepFlags | None:
         return StepFlags(self.hvd, self.rank, self.world) if (
@@ -123,19 +112,6 @@ class Dynamix(DynamixCore):
         if self._flags is not None:
             self._flags.submit(self.local.oom_batch, self.local.react_flag, self._averaging)
 
-    def _check_oom_redoable(self, n: int) -> None:
-        if self._weighting.carried:
-            raise OutOfMemoryError(self.rank, n, detail=(
-                "it came after this step's flags had left with the gradient of the optimizer's parameter "
-                f"{self._carrier_index()} (the first of at most 4096 elements), so the other ranks cannot skip "
-                "the update and the step cannot be redone. That gradient is normally among the last of the "
-                "backward pass: pass the optimizer a parameter list that starts with the model's input "
-                "layer, or set oom_redo=False"))
-
-    def _carrier_index(self) -> int:
-        c = self._weighting.carrier
-        return next((i for i, p in enumerate(self.local.params) if p is c), -1)
-
     def _optimizer_step(self, closure: Any) -> Any:
         t_entry = time.perf_counter()
         loc, inner = self.local, self.hvd_optimizer
@@ -144,16 +120,8 @@ class Dynamix(DynamixCore):
         if self._flags is not None:
             if not inner._synchronized:          # noqa: SLF001 - submits what backward did not
                 inner.synchronize()
-            w = self._weighting
-            if w.carrier is not None and not self._flags.received:
-                # the carrier's gradient never went through the compression (a sparse gradient):
-                # the same on every rank (same parameter), so all send the flags separately from now on
-                w.carrier, w.last = None, self._submit_flags
-            if w.carrier is not None:
-                oom, react = self._flags.take()
-            else:
-                self._submit_flags()             # no-op: normally sent with the last gradient
-                oom, react = self._flags.wait()
+            self._submit_flags()                 # no-op: normally sent with the last gradient
+            oom, react = self._flags.wait()
             if react is not None:
                 loc.react_ranks = react
         else:

@@ -91,31 +91,3 @@ def test_step_flags_read_exactly_with_the_gradients_op(comm, average):
     assert react == [0]
     flags.submit(oom_batch=0, react=0, average=average)
     assert flags.wait() == (None, None)
-
-
-def test_flags_ride_in_the_first_parameters_gradient_and_a_late_oom_is_refused(comm):
-    """The step's flags travel inside the gradient of the optimizer's first parameter (no flag
-    tensor of its own); an out-of-memory report after that gradient left (the other ranks could
-    no longer skip the update) raises a clear error instead of training on a partial step."""
-    rank, world = comm.Get_rank(), comm.Get_size()
-    if world < 2:
-        pytest.skip("flags travel only between ranks")
-    x, y = make_data(n=200)
-    model = make_model()
-    cfg = DynamixConfig(base_batch=8, interval_steps=5, min_decision_s=0, controller="static", collector=False)
-    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
-    first = next(iter(model.parameters()))
-    assert dyn._weighting.carrier is first and dyn._weighting.last is None
-    for s, idx in enumerate(dyn.batches(0)):
-        dyn.optimizer.zero_grad()
-        F.cross_entropy(model(x[idx]), y[idx]).backward()
-        assert dyn._weighting.carried and not dyn._flags.pending      # no flag tensor in flight
-        if s == 2:
-            with pytest.raises(OutOfMemoryError, match="flags had left"):
-                dyn.report(oom=True)
-        dyn.optimizer.step()
-        assert first.grad.shape == first.shape
-        if s == 4:
-            break
-    dyn._pending.clear()
-    dyn.close()
