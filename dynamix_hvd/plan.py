@@ -106,19 +106,49 @@ class PlanBounds:
 
 
 def water_fill(weights: np.ndarray, lo: np.ndarray, hi: np.ndarray, total: float) -> np.ndarray:
-    """x_i = clip(lam * w_i, lo_i, hi_i) with sum(x) = total (bisection on lam): proportional to
-    the weights where no bound binds, a bound rank's surplus or deficit going to the others.
-    ``total`` must lie in [sum lo, sum hi]."""
-    lo_lam, hi_lam = 0.0, 1.0
-    while np.clip(hi_lam * weights, lo, hi).sum() < total and hi_lam < 1e18:
-        hi_lam *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo_lam + hi_lam)
-        if np.clip(mid * weights, lo, hi).sum() < total:
-            lo_lam = mid
+    """x_i = clip(lam * w_i, lo_i, hi_i) with sum(x) = total: proportional to the weights where no
+    bound binds, a bound rank's surplus or deficit going to the others. ``total`` must lie in
+    [sum lo, sum hi] (outside it: every rank at its lower / upper bound).
+
+    Exact: f(lam) = sum_i clip(lam w_i, lo_i, hi_i) is piecewise linear and nondecreasing in lam,
+    with breakpoints lo_i / w_i (rank i leaves its lower bound) and hi_i / w_i (reaches its upper
+    bound). A binary search over the sorted breakpoints finds the segment where f crosses
+    ``total`` (log2(2N) evaluations of f), and on it f = C + lam * W with C and W summed directly
+    over the ranks at a bound and in between, so lam is solved for, not approximated. O(N log N).
+    (It was a 200-step bisection on lam: 1.2 ms per call at 4 ranks, the largest item of a PPO
+    decision.) Ranks with w_i = 0 sit at lo_i."""
+    w = np.asarray(weights, dtype=float)
+    lo = np.asarray(lo, dtype=float)
+    hi = np.asarray(hi, dtype=float)
+    pos = w > 0
+    if not pos.any():
+        return np.clip(0.0 * w, lo, hi)
+    w = w / w.max()                       # lam absorbs the scale; keeps the breakpoints finite
+    with np.errstate(over="ignore", divide="ignore"):
+        lam = np.concatenate((lo[pos] / w[pos], hi[pos] / w[pos]))
+    lam = np.unique(lam[np.isfinite(lam)])  # (a weight ~1e-300 of the largest never leaves its bound)
+
+    def f(x: float) -> float:
+        return float(np.clip(x * w, lo, hi).sum())
+
+    if f(float(lam[0])) >= total:
+        return np.clip(lam[0] * w, lo, hi)
+    if f(float(lam[-1])) <= total:
+        return np.clip(lam[-1] * w, lo, hi)
+    i, j = 0, lam.size - 1                 # f(lam[i]) < total < f(lam[j])
+    while j - i > 1:
+        k = (i + j) // 2
+        if f(float(lam[k])) < total:
+            i = k
         else:
-            hi_lam = mid
-    return np.clip(hi_lam * weights, lo, hi)
+            j = k
+    x0, x1 = float(lam[i]), float(lam[j])
+    mid = 0.5 * (x0 + x1)
+    inside = pos & (mid * w > lo) & (mid * w < hi)   # the ranks between their bounds on this segment
+    c = float(np.where(inside, 0.0, np.clip(mid * w, lo, hi)).sum())
+    slope = float(w[inside].sum())
+    lam_star = x1 if slope <= 0 else min(max((total - c) / slope, x0), x1)
+    return np.clip(lam_star * w, lo, hi)
 
 
 def split_global(global_batch: int, weights: Sequence[float], bounds: PlanBounds) -> list[int]:
