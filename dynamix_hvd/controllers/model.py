@@ -204,6 +204,7 @@ class ComputeModel:
         self.prior: list = []      # per rank: the (alpha, beta) fitted before the last restart, or None
         self.resets = 0
         self._fit: tuple[np.ndarray, np.ndarray] | None = None   # fit() of the current history
+        self._rank_fits: list[tuple[float, float] | None] = []   # _fit_rank(i) of rank i's history, or None
 
     def add(self, sizes: Sequence[float], times: Sequence[float], changed: Sequence[int] | None = None,
             rel_se: Sequence[float] | None = None) -> None:
@@ -220,6 +221,7 @@ class ComputeModel:
             self.obs = [deque(maxlen=self.history) for _ in sizes]
             self.pending = [None] * len(sizes)
             self.prior = [None] * len(sizes)
+            self._rank_fits = [None] * len(sizes)
         for i, (b, t) in enumerate(zip(sizes, times)):
             b, t = float(b), float(t)
             if not (math.isfinite(t) and t > 0 and b > 0):
@@ -230,7 +232,7 @@ class ComputeModel:
             if changed is not None and changed[i] and d:
                 self._restart(i, [pt])
                 continue
-            dev = self._deviation(d, b, t, pt[2]) if d else 0
+            dev = self._deviation(i, b, t, pt[2]) if d else 0
             held = self.pending[i]
             if dev != 0 and held is not None and dev == held[0]:
                 # two deviations in a row in the same direction: the rank changed; the history
@@ -242,6 +244,7 @@ class ComputeModel:
             else:
                 self.pending[i] = None
                 d.append(pt)
+                self._rank_fits[i] = None
 
     def add_state(self, state: "ClusterState") -> None:
         """``add`` for one decision's state: the plan's sizes, each rank's compute time and
@@ -257,19 +260,20 @@ class ComputeModel:
         self.prior[i] = (alpha, beta) if math.isfinite(alpha) and alpha > 0 and beta > 0 else None
         self.obs[i].clear()
         self.obs[i].extend(points)
+        self._rank_fits[i] = None
         self.resets += 1
         self.pending[i] = None
 
-    def _deviation(self, d: deque, b: float, t: float, r: float = math.nan) -> int:
+    def _deviation(self, i: int, b: float, t: float, r: float = math.nan) -> int:
         """+1/-1 when t is further from the history's prediction than the tolerance, else 0.
 
         The tolerance is the largest of ``change_tol``, three times the history's own relative
         scatter and three times the combined standard error of t (``r``) and of the history
         it is compared with, so measurement noise alone does not look like a change."""
+        d = self.obs[i]
         bs = [p[0] for p in d]
-        ts = [p[1] for p in d]
         if identified(bs):
-            alpha, beta = fit_affine(bs, ts, [precision_weight(p[2]) for p in d])
+            alpha, beta = self._fit_rank(i)       # (with a fixed cost identified: the affine fit)
             rel = [abs(y / (alpha + beta * x) - 1.0) for x, y, _ in d]
             pred = alpha + beta * b
             r_pred = _combined_rel_se(list(d))
@@ -311,6 +315,16 @@ class ComputeModel:
         return alpha, beta
 
     def _fit_rank(self, i: int) -> tuple[float, float]:
+        """Rank i's (alpha, beta), computed once per change of its history (a decision asks for
+        it up to three times: change detection, the fit, the uncertainty)."""
+        if len(self._rank_fits) != len(self.obs):
+            self._rank_fits = [None] * len(self.obs)
+        got = self._rank_fits[i]
+        if got is None:
+            got = self._rank_fits[i] = self._compute_rank_fit(i)
+        return got
+
+    def _compute_rank_fit(self, i: int) -> tuple[float, float]:
         bs, ts = [p[0] for p in self.obs[i]], [p[1] for p in self.obs[i]]
         ws = [precision_weight(p[2]) for p in self.obs[i]]
         prior = self.prior[i]
@@ -331,6 +345,7 @@ class ComputeModel:
         self.prior = [None if p is None else (float(p[0]), float(p[1]))
                       for p in state.get("prior", [None] * len(self.obs))]
         self.resets = int(state.get("resets", 0))
+        self._rank_fits = [None] * len(self.obs)
 
 
 # ---------------------------------------------------------------------------------------------
