@@ -28,8 +28,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.model import (MIN_COMPUTE_S, Z_MIN, ComputeModel, equal_time_split,  # noqa: F401
-                                           equal_time_splits, fit_affine, rel_uncertainty, split_evidence, SplitEvidence)
+from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, Z_MIN, SplitEvidence, rel_uncertainty,  # noqa: F401
+                                              split_evidence)
+from dynamix_hvd.controllers.model import ComputeModel, equal_time_split, equal_time_splits, fit_affine  # noqa: F401
 from dynamix_hvd.perfmodel import efficiency_array, step_time
 from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState

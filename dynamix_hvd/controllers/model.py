@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -346,88 +345,3 @@ class ComputeModel:
                       for p in state.get("prior", [None] * len(self.obs))]
         self.resets = int(state.get("resets", 0))
         self._rank_fits = [None] * len(self.obs)
-
-
-# ---------------------------------------------------------------------------------------------
-# How far the measurements can be trusted (issue 26: identical ranks were split 1:3 on timing noise)
-
-MIN_COMPUTE_S = 0.005          # mean compute per step below which timings are too noisy to re-split on
-Z_MIN = 3.0                     # standard errors a speed difference must exceed
-MIN_EXCESS = 0.10               # and the fraction it must exceed to be worth a plan change (churn)
-PRIOR_INTERVAL_SCATTER = 0.15   # relative interval-to-interval scatter assumed until a rank has 2+ intervals
-MIN_REL_UNCERTAINTY = 0.01
-
-
-@dataclass(frozen=True)
-class SplitEvidence:
-    """Whether the measured per-rank speeds justify moving away from the current split.
-
-    ``z``: the slowest rank's predicted excess time over the others' mean, in standard errors;
-    ``excess``: that excess as a fraction; ``reason``: one line for the decision log."""
-
-    act: bool
-    z: float
-    excess: float
-    slowest: int
-    reason: str
-
-
-def rel_uncertainty(model: "ComputeModel", state: "ClusterState") -> np.ndarray:
-    """Per rank: relative standard error of its predicted compute time at its current size.
-
-    The larger of (a) the interval's own per-step scatter (``WorkerStats.compute_se_s``) and
-    (b) the scatter of the rank's interval means around its fit, divided by sqrt(intervals).
-    Until a rank has two intervals in its history (b) is not measured and a prior of
-    ``PRIOR_INTERVAL_SCATTER`` stands in for it, unless the rank's own detector saw it change
-    (``changed``: step-by-step evidence, react.py). Scheduling noise is correlated within an
-    interval, so (a) alone underestimates it: on the quickstart's identical ranks the first
-    interval's means differed by 10-40% with small per-step errors."""
-    n = state.world_size
-    out = np.full(n, PRIOR_INTERVAL_SCATTER)
-    for i, w in enumerate(state.workers):
-        within = w.compute_se_s / w.compute_s if (math.isfinite(w.compute_se_s) and w.compute_s > 0) else 0.0
-        hist = list(model.obs[i]) if i < len(model.obs) else []
-        if len(hist) >= 2:
-            a, b = model._fit_rank(i)
-            rel = [y / (a + b * x) - 1.0 for x, y, _ in hist if a + b * x > 0]
-            across = math.sqrt(sum(r * r for r in rel) / max(len(rel) - 1, 1)) / math.sqrt(len(rel)) if rel else 0.0
-        elif w.changed:
-            across = 0.0
-        else:
-            across = PRIOR_INTERVAL_SCATTER
-        out[i] = max(within, across, MIN_REL_UNCERTAINTY)
-    return out
-
-
-def split_evidence(pred: np.ndarray, rel_se: np.ndarray, min_compute_s: float, z_min: float,
-                   min_excess: float = MIN_EXCESS) -> SplitEvidence:
-    """Act on a speed difference only when the steps are long enough to time (mean predicted
-    compute >= ``min_compute_s``) and the slowest rank's predicted excess over the others is
-    more than ``z_min`` standard errors and more than ``min_excess`` (live, emulated devices time
-    so precisely that 5-8% differences were significant and re-split every few intervals for
-    nothing: 20 -> 19 samples)."""
-    pred = np.asarray(pred, dtype=float)
-    n = pred.size
-    if n < 2 or not np.isfinite(pred).all():
-        return SplitEvidence(False, math.nan, math.nan, -1, "keep split: fewer than two timed ranks")
-    mean = float(pred.mean())
-    if mean < min_compute_s:
-        return SplitEvidence(False, math.nan, math.nan, -1,
-                             f"keep split: steps too short to time ({1e3 * mean:.2f} ms < {1e3 * min_compute_s:.1f} ms)")
-    s = int(np.argmax(pred))
-    others = np.delete(np.arange(n), s)
-    ref = float(pred[others].mean())
-    excess = float(pred[s] / ref - 1.0) if ref > 0 else math.inf
-    se = math.sqrt(float(rel_se[s]) ** 2 + float(np.mean(np.asarray(rel_se)[others] ** 2)) / len(others))
-    z = excess / se if se > 0 else math.inf
-    # the slowest of n ranks is picked after the fact: the largest of n noisy excesses is about
-    # sqrt(2 ln n) standard errors out by chance alone, so that much is added to the threshold
-    z_min = z_min + math.sqrt(2.0 * math.log(n))
-    if z < z_min:
-        return SplitEvidence(False, z, excess, s, f"keep split: rank {s} {100 * excess:+.0f}% is within the timing "
-                                                  f"noise ({z:.1f} < {z_min:.1f} standard errors)")
-    if excess < min_excess:
-        return SplitEvidence(False, z, excess, s, f"keep split: rank {s} {100 * excess:+.0f}% is below the "
-                                                  f"{100 * min_excess:.0f}% worth a plan change")
-    return SplitEvidence(True, z, excess, s, f"rank {s} {100 * excess:+.0f}% slower than the others' mean "
-                                             f"({z:.1f} standard errors)")

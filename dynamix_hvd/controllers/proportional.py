@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.model import (MIN_COMPUTE_S, Z_MIN, ComputeModel, equal_time_split, rel_uncertainty,
-                                           split_evidence)
+from dynamix_hvd.controllers.evidence import MIN_COMPUTE_S, Z_MIN, rel_uncertainty, split_evidence
+from dynamix_hvd.controllers.model import ComputeModel, equal_time_split
 from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState
 

@@ -9,7 +9,8 @@ import pytest
 
 from dynamix_hvd.config import ConfigError, DynamixConfig
 from dynamix_hvd.controllers import make_controller
-from dynamix_hvd.controllers.model import ComputeModel, rel_uncertainty, split_evidence
+from dynamix_hvd.controllers.evidence import rel_uncertainty, split_evidence
+from dynamix_hvd.controllers.model import ComputeModel
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.safety import MoveLimits, limit_proposal

@@ -343,7 +343,8 @@ def test_compute_model_per_rank_fit_cache_changes_nothing():
     """The per-rank fit cache (one fit per change of a rank's history instead of three per
     decision) gives exactly what fitting from scratch gives: same fits, same held-back
     deviations, same restarts, through changes, priors and a checkpoint round trip."""
-    from dynamix_hvd.controllers.model import ComputeModel, rel_uncertainty
+    from dynamix_hvd.controllers.evidence import rel_uncertainty
+    from dynamix_hvd.controllers.model import ComputeModel
 
     class Uncached(ComputeModel):
         def _fit_rank(self, i):

@@ -28,8 +28,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from dynamix_hvd.controllers.model import (MIN_COMPUTE_S, Z_MIN, ComputeModel, SplitEvidence, equal_time_split,
-                                           rel_uncertainty, split_evidence)
+from dynamix_hvd.controllers.evidence import MIN_COMPUTE_S, Z_MIN, SplitEvidence, rel_uncertainty, split_evidence
+from dynamix_hvd.controllers.model import ComputeModel, equal_time_split
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
