@@ -21,15 +21,37 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
     p.add_argument("--after-s", type=float, default=10.0)
+    p.add_argument("--fractions", default=None,
+                   help="fractions of the plateau (comma-separated; default 0.8,0.85,0.9,0.95), or LO:HI:STEP "
+                        "for a grid; with a grid, each controller's largest ratio to the better of static and "
+                        "proportional over it is printed too")
     args = p.parse_args()
+    fractions = None
+    if args.fractions:
+        if ":" in args.fractions:
+            lo, hi, st = (float(x) for x in args.fractions.split(":"))
+            fractions = [round(lo + k * st, 6) for k in range(int(round((hi - lo) / st)) + 1)]
+        else:
+            fractions = [float(x) for x in args.fractions.split(",")]
     out = Path(args.out)
     runs: dict[str, list[Path]] = {}
     for d in sorted(out.iterdir()):
         if d.is_dir() and (d / "evals.jsonl").exists():
             runs.setdefault(d.name.split(".r")[0], []).append(d)
-    tab = targets_table({n: [read_evals(d / "evals.jsonl") for d in ds] for n, ds in runs.items()})
+    evals = {n: [read_evals(d / "evals.jsonl") for d in ds] for n, ds in runs.items()}
+    tab = targets_table(evals, fractions) if fractions else targets_table(evals)
     print(f"{out}")
     print(format_targets(tab))
+    if fractions and len(fractions) > 4:
+        ctl = tab["controllers"]
+        base = [min([t for t in (ctl[n]["time_to_target_s"][j] for n in ("static", "proportional") if n in ctl)
+                     if t is not None], default=None) for j in range(len(fractions))]
+        print("\nlargest ratio to the better of static and proportional over the grid (at fraction)")
+        for n, m in ctl.items():
+            r = [(t / b, f) for t, b, f in zip(m["time_to_target_s"], base, fractions) if t is not None and b]
+            if r:
+                worst = max(r)
+                print(f"  {n:<13} {worst[0]:.2f}x at {worst[1]:.2f}")
     print(f"\nplan changes per 10 s after the first {args.after_s:.0f} s (per run)")
     for n, ds in runs.items():
         rates = []
