@@ -10,11 +10,21 @@ of the last 5 evaluations) against static's, and the plan changes per 10 s after
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 from dynamix_hvd.emulate.targets import format_targets, late_plan_changes, targets_table
 from dynamix_hvd.runlog import read_decisions, read_evals
+
+
+def smoothed(evals: list, k: int) -> list:
+    """The evaluations with each accuracy replaced by the mean of it and the k - 1 before it."""
+    if k <= 1:
+        return evals
+    accs = [float(e.acc) for e in evals]
+    return [dataclasses.replace(e, acc=sum(accs[max(0, i - k + 1):i + 1]) / len(accs[max(0, i - k + 1):i + 1]))
+            for i, e in enumerate(evals)]
 
 
 def main() -> int:
@@ -25,6 +35,9 @@ def main() -> int:
                    help="fractions of the plateau (comma-separated; default 0.8,0.85,0.9,0.95), or LO:HI:STEP "
                         "for a grid; with a grid, each controller's largest ratio to the better of static and "
                         "proportional over it is printed too")
+    p.add_argument("--smooth", type=int, default=1,
+                   help="time to target on the trailing mean of this many evaluations (default 1: single "
+                        "evaluations, which swing by several points near the plateau)")
     args = p.parse_args()
     fractions = None
     if args.fractions:
@@ -38,7 +51,9 @@ def main() -> int:
     for d in sorted(out.iterdir()):
         if d.is_dir() and (d / "evals.jsonl").exists():
             runs.setdefault(d.name.split(".r")[0], []).append(d)
-    evals = {n: [read_evals(d / "evals.jsonl") for d in ds] for n, ds in runs.items()}
+    evals = {n: [smoothed(read_evals(d / "evals.jsonl"), args.smooth) for d in ds] for n, ds in runs.items()}
+    if args.smooth > 1:
+        print(f"(accuracy: trailing mean of {args.smooth} evaluations)")
     tab = targets_table(evals, fractions) if fractions else targets_table(evals)
     print(f"{out}")
     print(format_targets(tab))
