@@ -14,7 +14,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from dynamix_hvd.emulate.targets import format_targets, late_plan_changes, targets_table
+from dynamix_hvd.emulate.targets import baseline_times, format_targets, late_plan_changes, targets_table
 from dynamix_hvd.runlog import read_decisions, read_evals
 
 
@@ -23,7 +23,7 @@ def smoothed(evals: list, k: int) -> list:
     if k <= 1:
         return evals
     accs = [float(e.acc) for e in evals]
-    return [dataclasses.replace(e, acc=sum(accs[max(0, i - k + 1):i + 1]) / len(accs[max(0, i - k + 1):i + 1]))
+    return [dataclasses.replace(e, acc=sum(accs[max(0, i - k + 1):i + 1]) / min(i + 1, k))
             for i, e in enumerate(evals)]
 
 
@@ -59,8 +59,7 @@ def main() -> int:
     print(format_targets(tab))
     if fractions and len(fractions) > 4:
         ctl = tab["controllers"]
-        base = [min([t for t in (ctl[n]["time_to_target_s"][j] for n in ("static", "proportional") if n in ctl)
-                     if t is not None], default=None) for j in range(len(fractions))]
+        base = baseline_times(tab)
         print("\nlargest ratio to the better of static and proportional over the grid (at fraction)")
         for n, m in ctl.items():
             r = [(t / b, f) for t, b, f in zip(m["time_to_target_s"], base, fractions) if t is not None and b]

@@ -51,7 +51,7 @@ def rel_uncertainty(model: "ComputeModel", state: "ClusterState") -> np.ndarray:
         within = w.compute_se_s / w.compute_s if (math.isfinite(w.compute_se_s) and w.compute_s > 0) else 0.0
         hist = list(model.obs[i]) if i < len(model.obs) else []
         if len(hist) >= 2:
-            a, b = model._fit_rank(i)
+            a, b = model.fit_rank(i)
             rel = [y / (a + b * x) - 1.0 for x, y, _ in hist if a + b * x > 0]
             across = math.sqrt(sum(r * r for r in rel) / max(len(rel) - 1, 1)) / math.sqrt(len(rel)) if rel else 0.0
         elif w.changed:

@@ -313,6 +313,11 @@ class ComputeModel:
             beta = np.where(np.isfinite(beta), beta, np.nanmean(beta))
         return alpha, beta
 
+    def fit_rank(self, i: int) -> tuple[float, float]:
+        """Rank i's (alpha, beta) from its history (the prior scaled to it while no fixed cost is
+        identified); NaN without observations."""
+        return self._fit_rank(i)
+
     def _fit_rank(self, i: int) -> tuple[float, float]:
         """Rank i's (alpha, beta), computed once per change of its history (a decision asks for
         it up to three times: change detection, the fit, the uncertainty)."""

@@ -68,16 +68,24 @@ def targets_table(evals_by_controller: Mapping[str, Sequence[Sequence[EvalRecord
     return out
 
 
+def baseline_times(tab: Mapping[str, Any]) -> list[float | None]:
+    """Per target of ``targets_table``: the better (smaller) median time of static and proportional,
+    or None when neither reached it: what "(x)" ratios are taken against."""
+    ctl = tab["controllers"]
+    base: list[float | None] = []
+    for j in range(len(tab["targets"])):
+        cands = [ctl[n]["time_to_target_s"][j] for n in ("static", "proportional") if n in ctl]
+        cands = [c for c in cands if c is not None]
+        base.append(min(cands) if cands else None)
+    return base
+
+
 def format_targets(tab: Mapping[str, Any]) -> str:
     """Plain-text table: time to each target (x the better of static and proportional), final accuracy."""
     ctl = tab["controllers"]
     head = ["controller"] + [f"{f:.0%} ({t:.3f})" for f, t in zip(tab["fractions"], tab["targets"])] + ["final (mean5)"]
     rows = [head]
-    base = [None] * len(tab["targets"])
-    for j in range(len(base)):
-        cands = [ctl[n]["time_to_target_s"][j] for n in ("static", "proportional") if n in ctl]
-        cands = [c for c in cands if c is not None]
-        base[j] = min(cands) if cands else None
+    base = baseline_times(tab)
     for name, m in ctl.items():
         cells = [name]
         for j, t in enumerate(m["time_to_target_s"]):
