@@ -48,6 +48,8 @@ VARIANTS = {
     "all four off": {"gns": False, "react": False, "oom_redo": False, "collector": False},
     "all five off": {"gns": False, "react": False, "oom_redo": False, "collector": False, "stall_timeout_s": 0},
     "min_decision_s=0": {"min_decision_s": 0},       # a decision every interval_steps (10) steps
+    # the per-step flags as a Horovod tensor of their own (before session 13) instead of the probe element
+    "horovod flags": {"_flags": "horovod"},
 }
 _OFF = VARIANTS["all five off"]
 for _f in ("gns", "react", "oom_redo", "collector", "stall_timeout_s"):   # one feature on, the rest off
@@ -99,6 +101,14 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
         from dynamix_hvd.config import DynamixConfig
 
         kw = {k: v for k, v in VARIANTS[variant].items() if k in DynamixConfig.__dataclass_fields__}
+        if VARIANTS[variant].get("_flags") == "horovod":
+            from dynamix_hvd.apply import StepFlags
+
+            class Dynamix(Dynamix):  # type: ignore[no-redef]  # noqa: PLW0127 - bench-only A/B
+                def _rehook(self) -> None:
+                    super()._rehook()
+                    if self._weighting.probe is not None:
+                        self._weighting.probe, self._flags = None, StepFlags(self.hvd, self.rank, self.world)
         dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=BATCH, **kw)
         new_api = getattr(dyn, "report", None) is not None
         optimizer = dyn.optimizer

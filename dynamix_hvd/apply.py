@@ -8,21 +8,33 @@
                 plain Horovod job); otherwise it scales ``p.grad`` in place (the rank's own
                 accumulated buffer, which Horovod then sums in place). Horovod cannot take the
                 weight as a ``prescale_factor``: it requires the factors to match across ranks.
-                It takes the local norm on sampled steps, and, when the last gradient of the
-                step is handed to Horovod, hands it the flag vector too (``StepFlags``), so the
-                flags travel with the gradients in the same cycle.
+                It takes the local norm on sampled steps and, for the probe gradient, lets
+                ``FlagProbe`` keep its first element and poison it when this rank has a flag.
                 Micro-batches of one step with different weights: before micro-batch j > 0
                 the gradient accumulated so far is rescaled by w_{j-1}/w_j (only when they
                 differ), so the single scale at the end gives sum_j w_j g_j exactly.
-``StepFlags``   out-of-memory batch and early-decision flag of every rank, reduced with
-                ``hvd.allreduce_async_`` beside the gradients and with their op, so Horovod fuses
-                them into the gradients' allreduce; read in ``optimizer.step()`` before the
-                update is applied. No extra collective of its own per step.
+``FlagProbe``   the per-step flags (a rank ran out of memory; a rank's detector saw a change)
+                with no collective of their own: a rank with a flag writes NaN into the first
+                element of one gradient (the probe: the first parameter, whose gradient
+                backward produces last) before Horovod reduces it. Every rank reads that one
+                element of the reduced gradient in ``optimizer.step()``; the reduced values are
+                the same on every rank, so every rank takes the same branch. Only when it is
+                not finite (a flag, or a gradient that really is not finite) do the ranks
+                allgather their flags and the probe element's local values, and the element is
+                restored to its exact sum: an early decision costs nothing else, an
+                out-of-memory step is discarded anyway. Per step: a one-element copy and a
+                one-element read (on a GPU a 4-byte device-to-host copy after the allreduce).
+                Needs an elementwise compression (none or fp16); with another the flags go as
+                ``StepFlags``.
+``StepFlags``   the fallback: the flag vector reduced with ``hvd.allreduce_async_`` beside the
+                gradients and with their op, so Horovod fuses it into the gradients' allreduce;
+                a Horovod tensor of its own every step (measured: 3-7% of a 2-3 ms step).
 ``oom_replan``  lower the caps of the ranks that ran out of memory and re-split the same step.
 ``apply_lr``    the LR rule for the plan in force.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -72,11 +84,47 @@ class StepFlags:
         return read_flags(self._np * self.world if self._averaged else self._np, self.world)
 
 
+class FlagProbe:
+    """One gradient element that carries the step's flags (see the module docstring)."""
+
+    def __init__(self, param: torch.nn.Parameter) -> None:
+        self.param = param
+        self.sent = False                          # its gradient was handed to Horovod in this step
+        self._index = (0,) * param.dim()           # its first element, whatever the strides
+        self._saved: torch.Tensor | None = None    # that element before the allreduce (0-d tensor)
+
+    def reset(self) -> None:
+        self.sent = False
+
+    def compressing(self, tensor: torch.Tensor, flag: bool) -> None:
+        """The probe's gradient, weighted, is about to be reduced: keep the element (a copy on
+        the tensor's device, no synchronisation) and poison it when this rank has a flag."""
+        self._saved = tensor[self._index].clone()
+        if flag:
+            tensor[self._index] = math.nan
+        self.sent = True
+
+    def raised(self) -> bool:
+        """After the allreduce: is the reduced element not finite (some rank flagged)?"""
+        g = self.param.grad
+        return g is not None and not math.isfinite(float(g[self._index]))
+
+    def local_value(self) -> float:
+        return float(self._saved) if self._saved is not None else 0.0
+
+    def restore(self, values: np.ndarray, average: bool) -> None:
+        """The element's exact reduction from every rank's kept value (sum, or mean on a
+        uniform step)."""
+        total = float(np.sum(values, dtype=np.float64))
+        self.param.grad[self._index] = total / len(values) if average else total
+
+
 class Weighting:
     """Horovod compression wrapper applying the n_i/T weight (see the module docstring)."""
 
     def __init__(self, inner: Any, n_params: int, scale: Callable[[], float],
-                 on_local: Callable[[torch.Tensor], None] | None, last: Callable[[], None] | None) -> None:
+                 on_local: Callable[[torch.Tensor], None] | None, last: Callable[[], None] | None,
+                 probe: FlagProbe | None = None, flagged: Callable[[], bool] | None = None) -> None:
         self.inner = inner            # the user's compression (Compression.none by default)
         self.n_params = n_params      # gradients Horovod reduces per step
         self.scale = scale            # the weight to apply now (float)
@@ -84,10 +132,14 @@ class Weighting:
         self.last = last              # called once all gradients of the step are submitted
         self.seen = 0                 # gradients handed to Horovod in this step
         self.average = False          # this step: Horovod averages (uniform plan), no weight here
+        self.probe = probe            # the gradient element that carries the flags, or None
+        self.flagged = flagged        # does this rank have a flag to raise in this step?
 
     def reset(self, average: bool = False) -> None:
         self.seen = 0
         self.average = average
+        if self.probe is not None:
+            self.probe.reset()
 
     def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
         if not self.average:
@@ -96,6 +148,9 @@ class Weighting:
                 tensor.mul_(w)
         if self.on_local is not None:
             self.on_local(tensor)
+        probe = self.probe
+        if probe is not None and tensor is probe.param.grad:
+            probe.compressing(tensor, bool(self.flagged and self.flagged()))
         self.seen += 1
         if self.seen == self.n_params and self.last is not None:
             self.last()

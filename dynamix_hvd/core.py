@@ -185,6 +185,11 @@ class DynamixCore(lifecycle.DeprecatedLoop):
             n = cur[2] if cur else 0
             if not self.config.oom_redo:
                 raise OutOfMemoryError(self.rank, n)
+            if self._oom_signal_sent():
+                raise DynamixError(
+                    f"rank {self.rank}: report(oom=True) after this step's gradients were handed to the "
+                    "allreduce (the flag that makes every rank skip the step has left): report an "
+                    "out-of-memory error caught in the step's forward or backward")
             self.local.oom_batch = max(self.local.oom_batch, n, 1)
             self.local.gns.cancel()
 
@@ -193,6 +198,10 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         the global batch's, each rank weighted by its local batch (bnstats.py). Returns the number
         of BatchNorm layers synchronised. Nothing changes in training."""
         return bnstats.sync_batchnorm_stats(self.model, self.comm, float(self.plan.batch_sizes[self.rank]))
+
+    def _oom_signal_sent(self) -> bool:
+        """Has this step's out-of-memory flag already left (an engine's flag transport)?"""
+        return False
 
     def _on_local(self, grad: torch.Tensor) -> None:
         if self.local.gns.capturing:

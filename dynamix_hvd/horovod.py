@@ -18,7 +18,7 @@ bookkeeping, decisions, checkpoints; shared with the DDP engine, ddp.py) and the
   decide.py     rank 0: controller, guards, next plan (no MPI)
   wire.py       row, plan and flag formats; comm.py moves them
   lifecycle.py  bounds, BatchNorm floor, collector, excepthook, checkpoints
-Per step (inside ``optimizer.step()``): wait for the flags that rode with the gradients,
+Per step (inside ``optimizer.step()``): read the flags that rode on the gradients (a probe element),
 apply the update, record the step in O(1); every ``interval_steps`` steps, at least
 ``min_decision_s`` apart (or at once when a rank's detector flags a change), gather the rows,
 decide on rank 0, broadcast the plan with the step of the next decision.
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from dynamix_hvd import lifecycle
-from dynamix_hvd.apply import StepFlags, Weighting, horovod_optimizer, rescale_accumulated, skip_and_replan
+from dynamix_hvd.apply import FlagProbe, StepFlags, Weighting, horovod_optimizer, rescale_accumulated, skip_and_replan
 from dynamix_hvd.comm import make_comm
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import Controller
@@ -79,20 +79,30 @@ class Dynamix(DynamixCore):
         # the n_i/T weight, sampled gradient norms and the step's flags: in Horovod's own hook
         self._weighting = Weighting(inner._compression, len(inner._requires_update),  # noqa: SLF001
                                     scale=lambda: self.local.scale,
-                                    on_local=self._on_local if cfg.gns else None, last=self._submit_flags)
+                                    on_local=self._on_local if cfg.gns else None, last=self._submit_flags,
+                                    flagged=lambda: bool(self.local.oom_batch or self.local.react_flag))
         inner._compression = self._weighting                 # noqa: SLF001
         self.local.on_new_step = self._new_step
         self._averaging = False     # Horovod's op is Average (uniform step) rather than Sum
+        self._flags_read: np.ndarray | None | bool = False    # this step's flags: not read yet
         self._rehook()
 
     def _rehook(self) -> None:
-        """Horovod's hooks and the flag allreduce for the current world (also after a resize)."""
-        self._hooked = bool(self.hvd_optimizer._requires_update)   # noqa: SLF001 - Horovod registered its hooks
-        self._flags = self._make_flags()
-
-    def _make_flags(self) -> StepFlags | None:
-        return StepFlags(self.hvd, self.rank, self.world) if (
-            self.world > 1 and self._hooked and (self.config.oom_redo or self.config.react)) else None
+        """Horovod's hooks and the step's flags for the current world (also after a resize):
+        a probe gradient element (``FlagProbe``) when the compression is elementwise, else the
+        flag tensor (``StepFlags``)."""
+        inner = self.hvd_optimizer
+        self._hooked = bool(inner._requires_update)   # noqa: SLF001 - Horovod registered its hooks
+        self._flags: StepFlags | None = None
+        self._weighting.probe = None
+        if not (self.world > 1 and self._hooked and (self.config.oom_redo or self.config.react)):
+            return
+        if self._weighting.inner in (self.hvd.Compression.none, self.hvd.Compression.fp16):
+            reduced = inner._requires_update     # noqa: SLF001
+            first = next(p for g in inner.param_groups for p in g["params"] if p in reduced)
+            self._weighting.probe = FlagProbe(first)
+        else:
+            self._flags = StepFlags(self.hvd, self.rank, self.world)
 
     # =====================================================================================
     # the step: inside optimizer.step()
@@ -107,6 +117,7 @@ class Dynamix(DynamixCore):
             self._averaging = avg
         loc.gns.local_scale = loc.scale if avg else 1.0
         self._weighting.reset(avg)
+        self._flags_read = False
 
     def _submit_flags(self) -> None:
         if self._flags is not None:
@@ -116,22 +127,10 @@ class Dynamix(DynamixCore):
         t_entry = time.perf_counter()
         loc, inner = self.local, self.hvd_optimizer
         self._check_step_call()
-        oom: np.ndarray | None = None
-        if self._flags is not None:
-            if not inner._synchronized:          # noqa: SLF001 - submits what backward did not
-                inner.synchronize()
-            self._submit_flags()                 # no-op: normally sent with the last gradient
-            oom, react = self._flags.wait()
-            if react is not None:
-                loc.react_ranks = react
-        else:
-            if loc.react_flag:
-                loc.react_ranks = [self.rank]
-            if loc.oom_batch:
-                oom = np.zeros(self.world, dtype=np.int64)
-                oom[self.rank] = loc.oom_batch
-        loc.oom_batch = loc.react_flag = 0
-        if oom is not None and np.any(oom > 0):
+        if (self._weighting.probe is not None or self._flags is not None) and not inner._synchronized:  # noqa: SLF001
+            inner.synchronize()                  # submits what backward did not
+        oom = self._read_flags()
+        if oom is not None:
             skip_and_replan(self, oom)
             return None
         self._weigh_locally()
@@ -143,9 +142,59 @@ class Dynamix(DynamixCore):
         self._after_update(t_entry)
         return out
 
+    def _read_flags(self) -> np.ndarray | None:
+        """Once per step, after the gradients' allreduce (from ``optimizer.step()``, or from
+        ``optimizer.synchronize()`` so that a user clipping the gradients sees the restored
+        probe): the out-of-memory batch per rank when some rank ran out of memory, else None;
+        sets ``local.react_ranks`` when some rank asks for an early decision."""
+        if self._flags_read is not False:
+            return self._flags_read
+        loc = self.local
+        oom: np.ndarray | None = None
+        probe = self._weighting.probe
+        if probe is not None:
+            if probe.raised():                   # the same answer on every rank: a reduced value
+                oom = self._exchange_flags(probe)
+        elif self._flags is not None:
+            self._submit_flags()                 # no-op: normally sent with the last gradient
+            oom, react = self._flags.wait()
+            if react is not None:
+                loc.react_ranks = react
+        else:
+            if loc.react_flag:
+                loc.react_ranks = [self.rank]
+            if loc.oom_batch:
+                oom = np.zeros(self.world, dtype=np.int64)
+                oom[self.rank] = loc.oom_batch
+        loc.oom_batch = loc.react_flag = 0
+        self._flags_read = oom if oom is not None and np.any(oom > 0) else None
+        return self._flags_read
+
+    def _exchange_flags(self, probe: FlagProbe) -> np.ndarray | None:
+        """The probe came back not finite: every rank's flags and kept probe value (one small
+        allgather, only on such steps). With an early-decision flag and no out-of-memory one
+        the probe element is restored exactly and the step goes on; returns the out-of-memory
+        batch per rank (None when no rank ran out of memory)."""
+        loc = self.local
+        got = self.comm.allgather_floats([float(loc.oom_batch), float(loc.react_flag), probe.local_value()])
+        oom = np.rint(got[:, 0]).astype(np.int64)
+        react = np.flatnonzero(got[:, 1] > 0.5)
+        if np.any(oom > 0):
+            return oom
+        if react.size:
+            loc.react_ranks = react.tolist()
+            probe.restore(got[:, 2], self._averaging)
+        return None     # no flag: the gradient itself is not finite, as the user's model made it
+
+    def _oom_signal_sent(self) -> bool:
+        probe = self._weighting.probe
+        return (probe is not None and probe.sent) or (self._flags is not None and self._flags.pending)
+
     def _synchronize(self) -> None:
         """``optimizer.synchronize()``: Horovod's, then (one rank without hooks) the weight."""
         self.hvd_optimizer.synchronize()
+        if self.local.current is not None:
+            self._read_flags()
         self._weigh_locally()
 
     def _weigh_locally(self) -> None:

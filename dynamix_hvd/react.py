@@ -6,8 +6,9 @@ before it believes the change: live, 10-20 steps at the slowed pace (node_slowdo
 Each rank instead watches its own per-step compute time and step time: when the last
 ``confirm`` steps under the current plan all differ from the median of the steps before them
 by more than ``tol`` (relative, same direction), the rank flags a change. The flag rides on the
-per-step collective the hook already runs (the out-of-memory check), so every rank learns of it
-in the next step and all of them take a decision together; nothing extra crosses the network.
+next step's gradients (the out-of-memory flag's channel: ``apply.FlagProbe``), so every rank
+learns of it in the next step and all of them take a decision together; nothing extra crosses
+the network.
 
 The statistics of the interval that the early decision reports then cover only the steps since
 the change (``Dynamix._worker_row``), and a rank whose *compute* time changed says so
