@@ -126,13 +126,24 @@ class StepMeter:
 MIN_SAMPLES = 16   # sampled steps per decision interval, at least (where the interval holds them)
 
 
-def _sq_norm(t: torch.Tensor) -> float:
-    """Sum of squares of a tensor's entries, in float32 or wider, without a copy where possible
-    (one BLAS dot over a contiguous float32 gradient)."""
+def _sq_norm_t(t: torch.Tensor) -> torch.Tensor:
+    """Sum of squares of a tensor's entries as a 0-d tensor on its device (float32 or wider),
+    without a copy where possible (one BLAS dot over a contiguous float32 gradient) and without
+    reading it back: on a GPU, a read inside the gradient hook would wait for the backward."""
     if t.dtype == torch.float32 and t.is_contiguous():
         flat = t.view(-1)
-        return float(torch.dot(flat, flat))
-    return float(torch.linalg.vector_norm(t, dtype=torch.float32 if t.dtype != torch.float64 else None)) ** 2
+        return torch.dot(flat, flat)
+    return torch.linalg.vector_norm(t, dtype=torch.float32 if t.dtype != torch.float64 else None) ** 2
+
+
+def _total(parts: list[torch.Tensor]) -> float:
+    """The sum of 0-d tensors, read back once per device."""
+    if not parts:
+        return 0.0
+    try:
+        return float(torch.stack(parts).sum(dtype=torch.float64))
+    except RuntimeError:          # on several devices
+        return sum(float(p) for p in parts)
 
 
 def reduced_shares(sizes: Sequence[int], world: int) -> list[list[tuple[int, int, int]]]:
@@ -163,7 +174,7 @@ class GradNoise:
         self.estimator = NoiseScaleEstimator(beta=beta)
         self.capturing = False
         self.local_scale = 1.0   # factor from the captured local gradients to the weighted ones
-        self._sq = 0.0           # this step's captured sum of squared local gradient entries
+        self._sq: list[torch.Tensor] = []   # this step's captured squared norms of the local gradients
         self._n_captured = 0
         self._share: list[tuple[int, int, int]] | None = None   # this rank's part of the reduced gradients
         self._share_key: tuple[int, ...] = ()
@@ -199,19 +210,19 @@ class GradNoise:
 
     def begin(self, capture: bool) -> None:
         self.capturing = capture
-        self._sq = 0.0
+        self._sq = []
         self._n_captured = 0
 
     def on_local(self, grad: torch.Tensor) -> None:
         """The engine's gradient hook: this rank's local gradient, ``local_scale`` x the weighted
         one (1, or n_i/T on a uniform step, where Horovod averages and the weight is never
         applied here)."""
-        self._sq += _sq_norm(grad)
+        self._sq.append(_sq_norm_t(grad))
         self._n_captured += 1
 
     def cancel(self) -> None:
         self.capturing = False
-        self._sq = 0.0
+        self._sq = []
         self._n_captured = 0
 
     def _my_share(self, reduced: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -233,12 +244,10 @@ class GradNoise:
         if not self.capturing or not self._n_captured or n_local <= 0:
             self.cancel()
             return
-        c = (total / n_local) * self._sq * self.local_scale ** 2
+        c = (total / n_local) * _total(self._sq) * self.local_scale ** 2
         self.sum_tc += total * c
         if reduced is not None:
-            g = 0.0
-            for part in self._my_share(reduced):
-                g += _sq_norm(part)
+            g = _total([_sq_norm_t(part) for part in self._my_share(reduced)])
             self.sum_tg += total * g
         self.sum_t += total
         self.steps += 1
