@@ -155,6 +155,7 @@ class RunSummary:
     world_size: int
     events_applied: list[dict[str, Any]]
     final_plan: list[int]
+    seed: int | None = None       # model initialisation and sample order (absent before session 13)
 
 
 def _check_fields(cls: type, d: Mapping[str, Any]) -> None:

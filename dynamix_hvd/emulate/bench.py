@@ -16,7 +16,10 @@ time_to_target_s  training-clock seconds until the first evaluation at or above 
                   (evaluation pauses the clock); null when not reached within max_time_s
 balance_efficiency mean over steps of  sum_i compute_i / (N * max_i compute_i)  (1 = no waiting)
 decisions         number of plan changes the controller made
-With ``--repeats N`` each entry holds medians and the N runs under "repeats".
+With ``--repeats N`` each entry holds medians and the N runs under "repeats". Repeat k runs every
+controller with the scenario's seed + k (``--seeds per-repeat``, the default: model initialisation
+and sample order differ between repeats, so their medians average the evaluation noise, and the
+controllers of one repeat stay paired); ``--seeds same`` repeats the scenario's seed.
 """
 from __future__ import annotations
 
@@ -53,6 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop each run at the target accuracy or train the whole budget (default)")
     p.add_argument("--repeats", type=int, default=1,
                    help="run the controller list this many times, interleaved; report medians")
+    p.add_argument("--seeds", choices=("per-repeat", "same"), default="per-repeat",
+                   help="per-repeat (default): repeat k runs every controller with the scenario's seed + k "
+                        "(model initialisation, sample order), so repeats are independent and paired; "
+                        "same: every repeat with the scenario's seed (only the host's timing differs)")
     p.add_argument("--python", default=sys.executable, help="interpreter for the ranks")
     p.add_argument("--engine", choices=tuple(LAUNCH_LOG), default="horovod",
                    help="horovod: Horovod workers under mpirun; ddp: DistributedDataParallel workers, one torchrun per rank")
@@ -101,7 +108,8 @@ def network_mode(no_netns: bool) -> tuple[bool, str]:
 
 
 def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, use_netns: bool,
-            until: str, python: str, log: Any = print, engine: str = "horovod") -> tuple[int, str]:
+            until: str, python: str, log: Any = print, engine: str = "horovod",
+            seed: int | None = None) -> tuple[int, str]:
     """One job of the worker (mpirun, or one torchrun per rank for the ddp engine); returns
     (exit code, the command line)."""
     from dynamix_hvd.emulate.netns import Cluster, mpmd_command, netem_available
@@ -126,6 +134,8 @@ def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, u
     worker = [python, "-m", "dynamix_hvd.emulate.worker", "--scenario", str(scenario_file),
               "--controller", controller, "--run-dir", str(run_dir), "--max-time-s", str(sc.max_time_s),
               "--until", until, "--engine", engine]
+    if seed is not None:
+        worker += ["--seed", str(seed)]
     netem = use_netns and netem_available()
     if not netem:
         worker.append("--emulate-latency")
@@ -200,7 +210,8 @@ def combine(ms: list[dict[str, Any]]) -> dict[str, Any]:
 
 def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = False,
           max_time_s: float | None = None, until: str = "budget", python: str = sys.executable,
-          log: Any = print, repeats: int = 1, engine: str = "horovod") -> dict[str, Any]:
+          log: Any = print, repeats: int = 1, engine: str = "horovod",
+          seeds: str = "per-repeat") -> dict[str, Any]:
     sc = override(load_scenario(scenario), max_time_s=max_time_s)
     out.mkdir(parents=True, exist_ok=True)
     scenario_file = out / "scenario.toml"
@@ -224,13 +235,16 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
     results: dict[str, Any] = {"scenario": sc.name, "target_accuracy": sc.target_accuracy, "controllers": {},
                                "network": net, "until": until, "max_time_s": sc.max_time_s,
                                "world_size": sc.world_size, "workload": sc.workload, "repeats": repeats,
-                               "engine": engine}
+                               "engine": engine,
+                               "seeds": [sc.seed + (rep if seeds == "per-repeat" else 0) for rep in range(repeats)]}
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in controllers}
     for rep in range(repeats):               # interleaved, so slow drifts of the host hit all alike
+        seed = results["seeds"][rep]         # the same for every controller of a repeat (paired)
         for name in controllers:
             t0 = time.time()
             run_dir = out / (name if rep == 0 else f"{name}.r{rep}")
-            rc, cmd = run_one(sc, scenario_file, name, run_dir, use_netns, until, python, log, engine)
+            rc, cmd = run_one(sc, scenario_file, name, run_dir, use_netns, until, python, log, engine,
+                              seed=seed if seed != sc.seed else None)
             tag = name if repeats == 1 else f"{name} #{rep + 1}"
             if rc == 0 and (run_dir / "summary.json").exists():
                 m = run_metrics(run_dir)
@@ -288,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         results = bench(args.scenario, names, Path(args.out), args.no_netns, args.max_time_s, args.until,
-                        args.python, repeats=max(1, args.repeats), engine=args.engine)
+                        args.python, repeats=max(1, args.repeats), engine=args.engine, seeds=args.seeds)
     except ScenarioError as exc:
         print(f"dynamix bench: {exc}", file=sys.stderr)
         return 2

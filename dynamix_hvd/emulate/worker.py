@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--controller", default="static")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--max-time-s", type=float, default=None, help="override the scenario's max_time_s")
+    p.add_argument("--seed", type=int, default=None,
+                   help="override the scenario's seed (model initialisation and sample order)")
     p.add_argument("--until", choices=("target", "budget"), default="budget",
                    help="stop at the target accuracy, or train the whole max_time_s budget")
     p.add_argument("--emulate-latency", action="store_true",
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     coll = Collectives(args.engine)
     rank, world = coll.rank, coll.world
-    sc = override(load_scenario(args.scenario), max_time_s=args.max_time_s)
+    sc = override(load_scenario(args.scenario), max_time_s=args.max_time_s, seed=args.seed)
     if sc.world_size != world:
         raise SystemExit(f"scenario {sc.name} has {sc.world_size} workers but the job has {world} ranks")
     run_dir = Path(args.run_dir)
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                    "samples_per_s": samples / train_time if train_time > 0 else 0.0,
                    "wall_s": time.perf_counter() - t_wall0, "world_size": world,
                    "events_applied": [{"t": t, "rank": e.rank, **dict(e.changes)} for t, e in device.applied],
-                   "final_plan": list(loop.plan.batch_sizes)}
+                   "final_plan": list(loop.plan.batch_sizes), "seed": sc.seed}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     if hasattr(loop, "close"):
         loop.close()

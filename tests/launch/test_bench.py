@@ -127,6 +127,17 @@ def test_bench_network_free(tmp_path: Path) -> None:
     assert rows[0][5] == rows[0][2] and float(rows[0][3]) == pytest.approx(float(rows[0][1]), abs=0.05), r.stdout
 
 
+def test_bench_repeats_draw_their_own_seed(tmp_path: Path) -> None:
+    # repeat k runs with the scenario's seed + k (paired across controllers), so repeats are
+    # independent draws rather than the same run replayed; --seeds same keeps the old behaviour
+    p, out = _bench(tmp_path, "static", "--no-netns", "--repeats", "2", "--max-time-s", "4")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads((out / "results.json").read_text())
+    seed = read_summary(out / "static").seed
+    assert res["seeds"] == [seed, seed + 1]
+    assert read_summary(out / "static.r1").seed == seed + 1
+
+
 @pytest.mark.parametrize("spec,words", [("static,bogus", ["bogus"]), ("oracle@x", ["oracle@x", "integer"]),
                                         ("oracle@0", ["oracle@0", ">= 1"]), ("goodput@64", ["only the oracle"]),
                                         ("goodput:slow", ["goodput:slow", "'fixed'"])])
