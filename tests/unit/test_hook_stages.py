@@ -235,3 +235,40 @@ def test_gradient_statistics_sampling_rule():
     assert taken(2, 30, 40) == list(range(1, 40, 2))         # window longer than the interval
     assert taken(1, 4, 50) == [46, 47, 48, 49]
     assert taken(2, 0, 10, world=1) == []
+
+
+def test_flag_probe_poisons_only_when_flagged_and_restores_the_exact_sum():
+    from dynamix_hvd.apply import FlagProbe, Weighting
+
+    class NoCompression:
+        @staticmethod
+        def compress(t):
+            return t, None
+
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(3, 4).t())          # a non-contiguous parameter: [0, 0] still addressed
+    w.grad = torch.randn(3, 4).t()
+    probe = FlagProbe(w)
+    other = torch.randn(5)
+    flag = {"on": False}
+    wt = Weighting(NoCompression, 2, scale=lambda: 0.5, on_local=None, last=None, probe=probe,
+                   flagged=lambda: flag["on"])
+    wt.reset()
+    want = float(w.grad[0, 0]) * 0.5
+    wt.compress(other)                                       # not the probe: untouched apart from the weight
+    assert torch.isfinite(other).all() and not probe.sent
+    wt.compress(w.grad)
+    assert probe.sent and probe.local_value() == pytest.approx(want) and not probe.raised()
+    wt.reset()
+    assert not probe.sent
+    flag["on"] = True
+    before = w.grad.clone()
+    wt.compress(w.grad)
+    assert probe.raised() and math.isnan(float(w.grad[0, 0]))
+    # every other element is the weighted gradient, as without a flag
+    assert torch.equal(torch.isnan(w.grad), torch.tensor([[True, False, False]] + [[False] * 3] * 3))
+    probe.restore(np.array([1.25, 2.5, -0.75]), average=False)
+    assert float(w.grad[0, 0]) == 3.0 and not probe.raised()
+    probe.restore(np.array([1.25, 2.5, -0.75]), average=True)
+    assert float(w.grad[0, 0]) == 1.0
+    assert torch.equal(w.grad[1:], (before * 0.5)[1:])
