@@ -378,3 +378,35 @@ def test_compute_model_per_rank_fit_cache_changes_nothing():
                                  workers=[WorkerStats(rank=i, batch_size=int(sizes[i]), max_batch=64, compute_s=float(times[i]),
                                                       compute_se_s=float(rel[i] * times[i])) for i in range(n)])
             assert np.array_equal(rel_uncertainty(a, state), rel_uncertainty(b, state))
+
+
+def test_compute_model_batch_fit_equals_the_per_rank_fit():
+    """From BATCH_FIT_MIN stale ranks on, the compute model refits them in one numpy pass; it
+    gives the per-rank fit (affine, through the origin, prior-scaled) to 1e-9, through speed
+    changes, restarts with priors and unknown errors, and takes the same restarts."""
+    from dynamix_hvd.controllers.model import BATCH_FIT_MIN, ComputeModel
+
+    class PerRank(ComputeModel):
+        def _batch_fit(self, ranks):
+            return None
+
+    rng = np.random.default_rng(1)
+    for trial in range(8):
+        n = int(rng.integers(BATCH_FIT_MIN, 3 * BATCH_FIT_MIN))
+        a = ComputeModel(history=int(rng.integers(3, 17)))
+        c = PerRank(history=a.history)
+        speed, sizes = rng.uniform(0.5, 2, n), rng.integers(4, 64, n).astype(float)
+        for k in range(25):
+            if rng.random() < 0.2:
+                speed[rng.integers(n)] *= rng.choice([0.4, 2.5])
+            if rng.random() < 0.4:
+                sizes = rng.integers(4, 64, n).astype(float)
+            times = (0.002 + speed * 1e-3 * sizes) * rng.normal(1, 0.03, n)
+            rel = rng.uniform(0, 0.1, n)
+            rel[rng.random(n) < 0.1] = np.nan
+            changed = (rng.random(n) < 0.05).astype(int)
+            for m in (a, c):
+                m.add(sizes, times, changed=changed, rel_se=rel)
+            for x, y in zip(a.fit(), c.fit()):
+                np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
+        assert a.resets == c.resets and any(p is not None for p in a.prior)
