@@ -49,3 +49,15 @@ class ScriptedController(Controller):
 def uneven_script(world: int, n_plans: int = 4, seed: int = 5) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [list(rng.integers(1, 40, size=world)) for _ in range(n_plans)]
+
+
+def reference_grads(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    """The single-process gradient of the mean loss over (x, y): what a big batch would give."""
+    import copy
+
+    import torch.nn.functional as F
+
+    ref = copy.deepcopy(model)
+    ref.zero_grad()
+    F.cross_entropy(ref(x), y).backward()
+    return [p.grad.clone() for p in ref.parameters()]

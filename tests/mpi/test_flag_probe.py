@@ -6,14 +6,12 @@ falls back to the flag tensor, and an out-of-memory error is handled either way;
 report after the probe has left is refused with an error instead of a wrong update."""
 from __future__ import annotations
 
-import copy
-
 import horovod.torch as hvd
 import pytest
 import torch
 import torch.nn.functional as F
 
-from _models import ScriptedController, make_data, make_model, uneven_script
+from _models import reference_grads, ScriptedController, make_data, make_model, uneven_script
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.horovod import Dynamix
@@ -21,12 +19,6 @@ from dynamix_hvd.plan import PlanBounds
 
 hvd.init()
 
-
-def _reference(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-    ref = copy.deepcopy(model)
-    ref.zero_grad()
-    F.cross_entropy(ref(x), y).backward()
-    return [p.grad.clone() for p in ref.parameters()]
 
 
 @pytest.mark.parametrize("uneven", [False, True])
@@ -46,7 +38,7 @@ def test_early_decision_flag_keeps_the_gradient_exact(comm, uneven):
     for idx in dyn.batches(0):
         sl = dyn.current_slice
         union = torch.as_tensor(dyn.step_indices(sl))
-        ref = _reference(model, x[union], y[union])
+        ref = reference_grads(model, x[union], y[union])
         flag = sl.step % 4 == 2                       # the last rank's detector "fired" before this step
         if flag and rank == world - 1:
             dyn.local.react_flag = 1

@@ -4,8 +4,6 @@ user's own ``loss.backward()`` (the weight applied in Horovod's gradient hook) a
 deprecated ``dyn.backward(loss)``."""
 from __future__ import annotations
 
-import copy
-
 import horovod.torch as hvd
 import warnings
 
@@ -13,19 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _models import ScriptedController, make_data, make_model, uneven_script
+from _models import reference_grads, ScriptedController, make_data, make_model, uneven_script
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.horovod import Dynamix
 from dynamix_hvd.plan import PlanBounds
 
 hvd.init()
 
-
-def reference_grads(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-    ref = copy.deepcopy(model)
-    ref.zero_grad()
-    F.cross_entropy(ref(x), y).backward()
-    return [p.grad.clone() for p in ref.parameters()]
 
 
 @pytest.mark.parametrize("api", ["loss.backward", "dyn.backward"])
