@@ -39,7 +39,7 @@ class DynamixConfig:
     quantum: int = 1                     # batch sizes are multiples of this where possible
     deadband: float = 0.05               # ignore proposals moving no rank by more than this fraction
     max_global_batch: int | None = None  # cap on B = sum of b_i
-    min_global_batch: int | None = None  # floor on B (None: half the initial global batch base_batch x N)
+    min_global_batch: int | None = None  # floor on B (None: the initial global batch B0, as AdaptDL/Pollux)
     lr_rule: str = "none"                # none | linear | sqrt | adascale
     base_global_batch: int | None = None  # B0 of the LR rule (default: base_batch * world size)
     accumulation: int = 1                # gradient accumulation micro-batches per step
@@ -168,10 +168,19 @@ class DynamixConfig:
         return kw
 
     def min_global_batch_for(self, world_size: int) -> int:
-        """The floor on the global batch: ``min_global_batch``, or half of base_batch x N."""
+        """The floor on the global batch: ``min_global_batch``, or the initial global batch
+        base_batch x N, for every controller.
+
+        The user tuned the LR for B0, and the LR rules (linear, sqrt, AdaScale) are defined for
+        scaling up from it; Pollux/AdaptDL search B only from the initial batch upwards for the
+        same reason. Below it the efficiency model E(B) (fed by a noisy noise-scale estimate) was
+        the only argument, and it was wrong live: goodput and PPO cut B 128 -> 64-81 on
+        link_degrade, hetero4x and transient_slowdown_link on a predicted +7-9% and then trailed
+        proportional (1.22x to 90% on link_degrade, session 13). Set ``min_global_batch`` lower
+        to allow it."""
         if self.min_global_batch is not None:
             return self.min_global_batch
-        return max(1, self.base_batch * world_size // 2)
+        return max(1, self.base_batch * world_size)
 
     def max_global_batch_for(self, world_size: int) -> int | None:
         """The cap on the global batch: ``max_global_batch`` and the growth the LR rule allows

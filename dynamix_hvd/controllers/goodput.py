@@ -28,8 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, Z_MIN, SplitEvidence, rel_uncertainty,  # noqa: F401
-                                              split_evidence)
+from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, MIN_EXCESS, Z_MIN, SplitEvidence,  # noqa: F401
+                                              rel_uncertainty, resplit_gain, split_evidence)
 from dynamix_hvd.controllers.model import ComputeModel, equal_time_split, equal_time_splits, fit_affine  # noqa: F401
 from dynamix_hvd.perfmodel import efficiency_array, step_time
 from dynamix_hvd.plan import PlanBounds, split_global
@@ -138,6 +138,10 @@ class GoodputController(Controller):
         gns = (f"noise scale {phi:.0f} (rel. err {state.glob.noise_scale_rel_err:.2f})" if gns_ok else
                f"global batch held: noise scale not stable (rel. err {state.glob.noise_scale_rel_err:.2f})")
         if g_best < (1.0 + self.switch_gain) * g_now:
+            if ev.act and B_now == float(current.sum()) and resplit_gain(alpha, beta, current, b_now) < MIN_EXCESS:
+                self.last_reason = (f"keep split: {ev.reason}, but re-splitting gains "
+                                    f"{resplit_gain(alpha, beta, current, b_now):.0%} < {MIN_EXCESS:.0%}; {gns}; B {B_now:.0f} kept")
+                return current, float(current.sum())
             self.last_reason = f"{ev.reason}; {gns}; B {B_now:.0f} kept"
             return self._integer(b_now), float(b_now.sum())
         self.last_reason = (f"{ev.reason}; {gns}; B {B_now:.0f} -> {B_best:.0f}, predicted goodput "

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.evidence import MIN_COMPUTE_S, Z_MIN, rel_uncertainty, split_evidence
+from dynamix_hvd.controllers.evidence import MIN_COMPUTE_S, Z_MIN, rel_uncertainty, resplit_gain, split_evidence
 from dynamix_hvd.controllers.model import ComputeModel, equal_time_split
 from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState
@@ -61,9 +61,9 @@ class ProportionalController(Controller):
         # move only for a predicted gain in the slowest rank's time: when compute barely depends
         # on b (fixed-cost dominated) a noisy fit would otherwise shift many samples for nothing
         after = (alpha + beta * new).max()
-        if after * (1.0 + self.threshold) > pred.max():
-            self.last_reason = (f"keep split: re-splitting gains {pred.max() / after - 1:.0%} "
-                                f"<= threshold {self.threshold:.0%}")
+        gain = resplit_gain(alpha, beta, current, new)
+        if gain < self.threshold:
+            self.last_reason = f"keep split: re-splitting gains {gain:.0%} < threshold {self.threshold:.0%}"
             return list(current)
         self.last_reason = (f"{ev.reason}; slowest predicted compute {1e3 * pred.max():.1f} -> "
                             f"{1e3 * after:.1f} ms per step")

@@ -105,7 +105,7 @@ class ReplaySim:
         n = self.n
         hi = max(self.B0, min(sum(self.caps), int(self.pm.batches[-1])))
         return PlanBounds(max_batch=self.caps, min_batch=1, quantum=1, max_global_batch=hi,
-                          min_global_batch=max(n, self.B0 // 2), deadband=self.deadband)
+                          min_global_batch=max(n, self.B0), deadband=self.deadband)
 
     def reset(self, seed: int) -> None:
         rng = np.random.default_rng(seed)

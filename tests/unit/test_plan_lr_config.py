@@ -130,8 +130,9 @@ def test_checkpoint_atomic_and_errors(tmp_path, monkeypatch):
         ckpt.load(tmp_path / "nope.pt")
 
 
-def test_min_global_batch_default_is_half_the_initial_global_batch():
-    assert DynamixConfig(base_batch=32).min_global_batch_for(4) == 64
+def test_min_global_batch_default_is_the_initial_global_batch():
+    assert DynamixConfig(base_batch=32).min_global_batch_for(4) == 128
+    assert DynamixConfig(base_batch=32, base_global_batch=512).min_global_batch_for(4) == 128
     assert DynamixConfig(base_batch=1).min_global_batch_for(1) == 1          # never below 1
     assert DynamixConfig(base_batch=32, min_global_batch=16).min_global_batch_for(4) == 16
 

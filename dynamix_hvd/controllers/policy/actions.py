@@ -28,7 +28,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from dynamix_hvd.controllers.evidence import MIN_COMPUTE_S, Z_MIN, SplitEvidence, rel_uncertainty, split_evidence
+from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, MIN_EXCESS, Z_MIN, SplitEvidence, rel_uncertainty,
+                                              resplit_gain, split_evidence)
 from dynamix_hvd.controllers.model import ComputeModel, equal_time_split
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
@@ -110,8 +111,11 @@ class BalancedAnchor:
         if alpha.size != b.size or not (np.isfinite(alpha).all() and np.isfinite(beta).all()) or \
                 (self.evidence is not None and not self.evidence.act):
             return b * (target / b.sum())
-        return equal_time_split(alpha, beta, float(target), float(max(bounds.min_batch, 1)),
-                                np.asarray(bounds.max_batch, dtype=np.float64))
+        new = equal_time_split(alpha, beta, float(target), float(max(bounds.min_batch, 1)),
+                               np.asarray(bounds.max_batch, dtype=np.float64))
+        if abs(target - b.sum()) < 0.5 and resplit_gain(alpha, beta, b, new) < MIN_EXCESS:
+            return b            # the same global batch and a re-split not worth a plan change
+        return new
 
     def update_bounds(self, bounds: PlanBounds) -> None:
         """Bounds are passed to ``split``; nothing is kept."""
