@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from dynamix_hvd import Dynamix, workloads
-from dynamix_hvd.measure import MIN_SAMPLES, GradNoise
+from dynamix_hvd.measure import MAX_SAMPLES, MIN_SAMPLES, GradNoise
 from dynamix_hvd.stats import NoiseScaleEstimator, gns_step_estimates
 
 
@@ -72,14 +72,14 @@ def record(name: str, steps: int, interval: int, batch: int) -> list[tuple[int, 
 
 
 def replay(rows: list[tuple[int, int, list[float], float]], interval: int, every: int, beta: float,
-           samples: int = 0, min_samples: int = MIN_SAMPLES) -> list[float]:
+           samples: int = 0, min_samples: int = MIN_SAMPLES, max_samples: int = MAX_SAMPLES) -> list[float]:
     """The noise scale after each decision when statistics are taken on the sampled steps: the
     hook's rule (``GradNoise.sampled``): every k-th step (k = ``every``, or less on short
     intervals) of the last ``k x samples`` before each decision, and the step before it
     (``samples`` = 0: every k-th step)."""
     est = NoiseScaleEstimator(beta=beta)
     gn = GradNoise(0, 2, every, beta, samples)
-    gn.min_samples = min_samples
+    gn.min_samples, gn.max_samples = min_samples, max_samples
     out, s_acc, g_acc, n = [], 0.0, 0.0, 0
     for step, T, cs, g in rows:
         due = (step // interval + 1) * interval
@@ -109,6 +109,9 @@ def main() -> None:
     p.add_argument("--skip", type=int, default=5, help="decisions before the EMA has settled, not compared")
     p.add_argument("--min-samples", default=str(MIN_SAMPLES),
                    help="sampled steps per interval at least (comma-separated; 1 = plain every k-th step)")
+    p.add_argument("--max-samples", default=str(MAX_SAMPLES),
+                   help="sampled steps per interval about at most (comma-separated; 0 = no limit, the rule "
+                        "before session 14)")
     args = p.parse_args()
     hvd.init()
     torch.set_num_threads(1)
@@ -121,17 +124,19 @@ def main() -> None:
         for iv in (int(i) for i in args.intervals.split(",")):
             full = replay(rows, iv, 1, 0.9)
             skip = max(1, args.skip * args.interval // iv)
-            for k, m, ms in ((int(e), int(m), int(q)) for e in args.every.split(",") for m in args.samples.split(",")
-                             for q in args.min_samples.split(",")):
-                samp = replay(rows, iv, k, 0.9, m, ms)
+            for k, m, ms, mx in ((int(e), int(m), int(q), int(x)) for e in args.every.split(",")
+                                 for m in args.samples.split(",") for q in args.min_samples.split(",")
+                                 for x in args.max_samples.split(",")):
+                samp = replay(rows, iv, k, 0.9, m, ms, mx)
                 rel = [abs(a / b - 1.0) for a, b in zip(samp[skip:], full[skip:])
                        if math.isfinite(a) and math.isfinite(b) and b > 0]
                 if not rel:
                     print(f"{name:16s} interval {iv:3d} every {k:2d} samples {m:2d}: no finite estimates")
                     continue
                 g = GradNoise(0, 2, k, 0.9)
-                g.min_samples = ms
-                print(f"{name:16s} interval {iv:3d} every {k:2d} min_samples {ms:2d} (stride {g.stride(iv)}) "
+                g.min_samples, g.max_samples = ms, mx
+                print(f"{name:16s} interval {iv:3d} every {k:2d} min_samples {ms:2d} max_samples {mx:2d} "
+                      f"(stride {g.stride(iv)}) "
                       f"samples {m:2d}: "
                       f"|sampled/every-step - 1| median "
                       f"{statistics.median(rel):.3f} max {max(rel):.3f} over {len(rel)} decisions; final "

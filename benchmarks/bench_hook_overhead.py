@@ -66,9 +66,10 @@ def _model(width: int):  # noqa: ANN202
                                torch.nn.ReLU(), torch.nn.Linear(width, CLASSES))
 
 
-def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tuple[float, float]:
+def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tuple[float, float, float, float]:
     """One block of ``variant``: (steps/s, main-thread CPU microseconds per step; the largest
-    over the ranks) over ``steps`` timed steps after ``warmup``."""
+    over the ranks; decisions and early decisions (react) per 1000 steps, 0 for plain) over
+    ``steps`` timed steps after ``warmup``."""
     import horovod.torch as hvd
     import torch
     import torch.nn.functional as F
@@ -78,6 +79,7 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     total = warmup + steps
     hvd.allreduce(torch.zeros(1), name="bench.sync")      # start the block together
+    decisions = [0, 0]
     if variant == "plain":
         dopt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -111,6 +113,14 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
                         self._weighting.probe, self._flags = None, StepFlags(self.hvd, self.rank, self.world)
         dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=BATCH, **kw)
         new_api = getattr(dyn, "report", None) is not None
+        _decide = dyn._decide              # noqa: SLF001 - counted: how often a decision (early or not) ran
+
+        def counted(step: int) -> None:
+            decisions[0] += 1
+            decisions[1] += int(getattr(dyn.local, "react_ranks", None) is not None)
+            _decide(step)
+
+        dyn._decide = counted              # type: ignore[method-assign]
         optimizer = dyn.optimizer
         s, epoch, t0, c0 = 0, 0, 0.0, 0.0
         while s < total:
@@ -136,7 +146,7 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
     # the slowest rank's time is the job's
     dt, cpu = (float(v) for v in hvd.allreduce(torch.tensor([dt, cpu], dtype=torch.float64), op=hvd.Max,
                                                name="bench.dt"))
-    return steps / dt, 1e6 * cpu / steps
+    return steps / dt, 1e6 * cpu / steps, 1e3 * decisions[0] / total, 1e3 * decisions[1] / total
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -149,22 +159,27 @@ def worker(args: argparse.Namespace) -> None:
     data = (torch.randn(200_000, D_IN, generator=g), torch.randint(0, CLASSES, (200_000,), generator=g))
     variants = ["plain", *args.variants.split(",")]
     # calibrate: plain steps per block of about block_s seconds (same count on every rank)
-    rate, _ = _block("plain", args.width, 20, 5, data)
+    rate = _block("plain", args.width, 20, 5, data)[0]
     steps = max(20, int(round(rate * args.block_s)))
     rounds: list[dict[str, float]] = []
     cpu_rounds: list[dict[str, float]] = []
+    dec_rounds: list[dict[str, list[float]]] = []
     for _ in range(args.rounds):
         got: dict[str, list[float]] = {v: [] for v in variants}
         cpu: dict[str, list[float]] = {v: [] for v in variants}
+        dec: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
         for v in variants + variants[::-1]:
-            r, c = _block(v, args.width, steps, args.warmup, data)
+            r, c, d, e = _block(v, args.width, steps, args.warmup, data)
             got[v].append(r)
             cpu[v].append(c)
+            dec[v].append((d, e))
         rounds.append({v: statistics.fmean(r) for v, r in got.items()})
         cpu_rounds.append({v: statistics.fmean(c) for v, c in cpu.items()})
+        dec_rounds.append({v: [statistics.fmean(x[0] for x in d), statistics.fmean(x[1] for x in d)]
+                           for v, d in dec.items()})
     if hvd.rank() == 0:
         print("RESULT " + json.dumps({"np": hvd.size(), "width": args.width, "steps_per_block": steps,
-                                      "rounds": rounds, "cpu_us": cpu_rounds}), flush=True)
+                                      "rounds": rounds, "cpu_us": cpu_rounds, "decisions": dec_rounds}), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,6 +202,10 @@ def summarise(res: dict) -> list[str]:
             extra = [c[v] - c["plain"] for c in cpu]
             line += (f"   main-thread CPU {statistics.median(extra):+.0f} us/step "
                      f"({min(extra):+.0f}..{max(extra):+.0f}) over plain")
+        dec = res.get("decisions")
+        if dec:
+            line += (f"   decisions {statistics.median(d[v][0] for d in dec):.1f}/1000 steps "
+                     f"(early {statistics.median(d[v][1] for d in dec):.1f})")
         lines.append(line)
     return lines
 

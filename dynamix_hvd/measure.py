@@ -124,6 +124,7 @@ class StepMeter:
 
 
 MIN_SAMPLES = 16   # sampled steps per decision interval, at least (where the interval holds them)
+MAX_SAMPLES = 32   # ... and about at most: on long intervals the stride grows (a cost per decision, not per step)
 
 
 def _sq_norm_t(t: torch.Tensor) -> torch.Tensor:
@@ -171,6 +172,7 @@ class GradNoise:
         self.every = max(int(every), 1)
         self.samples = max(int(samples), 0)
         self.min_samples = MIN_SAMPLES
+        self.max_samples = MAX_SAMPLES      # 0: no limit (every ``every``-th step however long the interval)
         self.estimator = NoiseScaleEstimator(beta=beta)
         self.capturing = False
         self.local_scale = 1.0   # factor from the captured local gradients to the weighted ones
@@ -189,8 +191,14 @@ class GradNoise:
     def stride(self, interval: int) -> int:
         """Steps between samples in a decision interval of ``interval`` steps: ``every``, or less
         so that the interval holds at least ``min_samples`` (``MIN_SAMPLES``) sampled steps
-        where it can."""
-        return min(self.every, max(1, interval // self.min_samples))
+        where it can, or more so that it holds about ``max_samples`` (``MAX_SAMPLES``, up to
+        2x) at most. Short steps make long intervals (``min_decision_s``: 0.5 s is ~200 steps
+        of 2.5 ms), and every 2nd step of those was a per-step cost of the statistics
+        (issue 25); spread evenly over the interval, 16-64 samples feed the same EMA."""
+        k = min(self.every, max(1, interval // self.min_samples))
+        if self.max_samples > 0:
+            k = max(k, interval // self.max_samples)
+        return max(k, 1)
 
     def sampled(self, step: int, next_due: int, start: int = 0) -> bool:
         """Take gradient statistics on this step (of the interval from step ``start`` to the

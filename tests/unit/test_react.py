@@ -77,15 +77,32 @@ def test_bad_timings_are_skipped_and_bad_settings_named():
             ChangeDetector(**kw)
 
 
-def _naive_moved(xs, confirm, reference, tol):
-    """The definition, written plainly: the last ``confirm`` values all beyond ``tol`` of the
-    median of the ones before them, in the same direction."""
+def _naive_moved(xs, confirm, reference, tol, window):
+    """The definition, written plainly: the run of latest values beyond ``tol`` of the median of
+    the ones before the last ``confirm``, in the same direction, when it is at least ``confirm``
+    long and at least ``log(1e-3) / log(p)`` long (p: the Laplace-smoothed fraction of the other
+    reference values beyond the band; at most window // 2); else 0."""
+    import math
     import statistics
     if len(xs) < confirm + reference:
-        return False
-    ref = statistics.median(xs[:-confirm])
-    rel = [x / ref - 1.0 for x in xs[-confirm:]]
-    return all(r > tol for r in rel) or all(r < -tol / (1.0 + tol) for r in rel)
+        return 0
+    ref = xs[:-confirm]
+    med = statistics.median(ref)
+    up = [x > med * (1 + tol) for x in xs]
+    down = [x < med / (1 + tol) for x in xs]
+    for beyond in (up, down):
+        run = 0
+        for b in reversed(beyond):
+            if not b:
+                break
+            run += 1
+        if run >= confirm:
+            others = ref[:len(ref) - (run - confirm)]
+            out = sum(1 for x in others if x > med * (1 + tol) or x < med / (1 + tol))
+            p = (out + 1) / (len(others) + 2)
+            need = max(confirm, min(math.ceil(math.log(1e-3) / math.log(p)), window // 2))
+            return run if run >= need else 0
+    return 0
 
 
 def test_incremental_detector_matches_the_definition():
@@ -111,13 +128,37 @@ def test_incremental_detector_matches_the_definition():
             hist_c.append(c)
             hist_s.append(s)
             del hist_c[:-window], hist_s[:-window]
-            mc = _naive_moved(hist_c, confirm, reference, tol)
-            ms = _naive_moved(hist_s, confirm, reference, tol)
+            mc = _naive_moved(hist_c, confirm, reference, tol, window)
+            ms = _naive_moved(hist_s, confirm, reference, tol, window)
             got = det.add(b, 128.0, c, s)
-            assert (got is not None) == (mc or ms), (trial, t)
+            assert (got is not None) == bool(mc or ms), (trial, t)
             if got is not None:
-                assert (got.compute, got.step) == (mc, ms)
-                del hist_c[:-confirm], hist_s[:-confirm]
+                assert (got.compute, got.step, got.steps_since) == (bool(mc), bool(ms), max(mc, ms))
+                del hist_c[:-got.steps_since], hist_s[:-got.steps_since]
             elif rng.random() < 0.02:
                 det.rebase()
                 del hist_c[:-confirm], hist_s[:-confirm]
+
+
+def test_noisy_steps_need_a_longer_run_but_a_quiet_series_reacts_as_before():
+    """Issue 25: on a loaded machine, 3-step bursts 2x slower every ~10 steps took an early
+    decision each time. The run needed grows with the share of such outliers in the reference;
+    a steady series still confirms after ``confirm`` steps."""
+    det = ChangeDetector(tol=0.5, confirm=3, reference=5, window=32)
+    fired = 0
+    for t in range(600):                                  # bursts of 3 every 10 steps, no change
+        c = 0.01 * (2.0 if t % 10 in (7, 8, 9) else 1.0)
+        fired += det.add(32, 128, c, c * 1.1) is not None
+    assert fired <= 2, fired
+    det = ChangeDetector(tol=0.5, confirm=3, reference=5, window=32)
+    for t in range(20):
+        assert det.add(32, 128, 0.01, 0.011) is None
+    got = [det.add(32, 128, 0.04, 0.044) for _ in range(3)]
+    assert got[:2] == [None, None] and got[2] is not None and got[2].compute and got[2].steps_since == 3
+    det = ChangeDetector(tol=0.5, confirm=3, reference=5, window=32)
+    for t in range(45):                                   # noisy, then a real 4x slowdown
+        c = 0.01 * (2.0 if t % 10 in (7, 8, 9) else 1.0)
+        det.add(32, 128, c, c * 1.1)
+    got = [det.add(32, 128, 0.04, 0.044) for _ in range(16)]
+    first = next(i for i, g in enumerate(got) if g is not None)
+    assert 3 <= first + 1 <= 16 and got[first].steps_since == first + 1, first
