@@ -217,7 +217,7 @@ def test_excepthook_installed_and_restored():
 def test_gradient_statistics_sampling_rule():
     """GradNoise.sampled: every gns_every-th step and the step before the decision, more often
     when the interval would hold fewer than MIN_SAMPLES (16) samples, less often when it would
-    hold more than about MAX_SAMPLES (32); with gns_samples = K only
+    hold more than about MAX_SAMPLES (64); with gns_samples = K only
     the last K such steps before each decision; never on one rank."""
     from dynamix_hvd.measure import MAX_SAMPLES, MIN_SAMPLES, GradNoise
 
@@ -232,11 +232,11 @@ def test_gradient_statistics_sampling_rule():
     assert taken(2, 0, 10) == list(range(10))                # short interval: every step
     assert taken(4, 0, 48) == list(range(2, 48, 3))          # 48 steps: every 3rd (16 samples)
     assert taken(2, 0, 140, start=110) == list(range(110, 140))   # the interval, not the step count
-    assert taken(2, 3, 100) == [92, 95, 98, 99]              # last 3 of every 3rd step (100 // 32) + the last
-    # long intervals (short steps, min_decision_s): about MAX_SAMPLES (32) samples, evenly spread
-    assert MAX_SAMPLES == 32
-    assert taken(2, 0, 200) == list(range(5, 200, 6)) + [199] and len(taken(2, 0, 640)) == 32
-    assert len(taken(2, 0, 64)) == 32
+    assert taken(2, 3, 100) == [95, 97, 99]                  # last 3 of every 2nd step
+    # long intervals (short steps, min_decision_s): about MAX_SAMPLES (64) samples, evenly spread
+    assert MAX_SAMPLES == 64
+    assert taken(2, 0, 200) == list(range(2, 200, 3)) + [199] and len(taken(2, 0, 640)) == 64
+    assert len(taken(2, 0, 128)) == 64 and taken(2, 0, 400)[:3] == [5, 11, 17]
     assert taken(2, 30, 40) == list(range(1, 40, 2))         # window longer than the interval
     assert taken(1, 4, 50) == [46, 47, 48, 49]
     assert taken(2, 0, 10, world=1) == []
