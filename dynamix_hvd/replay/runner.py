@@ -106,6 +106,10 @@ def make_scenario_world(workload: str, scenario: str, target: float | None = Non
     # replay's automatic one (~300 decisions for the static run: a foreign workload's run is far longer)
     sim = ReplaySim(pm, tp, tr, n, None, interval_steps or (sc.interval_steps if captured else None), base_batch,
                     dynamics=dyn, caps=caps)
+    # the global-batch range of the live hook on this scenario: the bench's workers run with the
+    # default LR rule (none), which holds B at B0 (config.max_global_batch_for)
+    from dynamix_hvd.config import DynamixConfig
+    sim.max_global_batch = DynamixConfig(base_batch=sim.base_batch).max_global_batch_for(n)
     if str(time_scale) == "auto":
         scale = 1.0
         if not captured:

@@ -41,6 +41,9 @@ def test_per_sample_costs_map_to_the_replays_hardware_factors(tmp_path: Path) ->
     f = scen(tmp_path, worker(1.0) + worker(1.0) + worker(1.0) + worker(4.0))
     sw = make_scenario_world("cifar10", str(f), interval_steps=40, base_batch=32)
     ref = make_world("cifar10", "none", 4, [1, 1, 1, 4], interval_steps=40, base_batch=32)
+    # the live hook's global-batch range on the scenario: its workers' LR rule (none) holds B at B0
+    assert sw.sim.max_global_batch == 128 and sw.sim.bounds().max_global_batch == 128
+    ref.sim.max_global_batch = 128
     assert sw.sim.hw.tolist() == [1.0, 1.0, 1.0, 4.0] and sw.sim.sync_mult == 1.0
     for seed in (0, 1):
         for c in ("static", "goodput"):
