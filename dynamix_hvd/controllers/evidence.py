@@ -46,20 +46,16 @@ def rel_uncertainty(model: "ComputeModel", state: "ClusterState") -> np.ndarray:
     interval, so (a) alone underestimates it: on the quickstart's identical ranks the first
     interval's means differed by 10-40% with small per-step errors."""
     n = state.world_size
-    out = np.full(n, PRIOR_INTERVAL_SCATTER)
-    for i, w in enumerate(state.workers):
-        within = w.compute_se_s / w.compute_s if (math.isfinite(w.compute_se_s) and w.compute_s > 0) else 0.0
-        hist = list(model.obs[i]) if i < len(model.obs) else []
-        if len(hist) >= 2:
-            a, b = model.fit_rank(i)
-            rel = [y / (a + b * x) - 1.0 for x, y, _ in hist if a + b * x > 0]
-            across = math.sqrt(sum(r * r for r in rel) / max(len(rel) - 1, 1)) / math.sqrt(len(rel)) if rel else 0.0
-        elif w.changed:
-            across = 0.0
-        else:
-            across = PRIOR_INTERVAL_SCATTER
-        out[i] = max(within, across, MIN_REL_UNCERTAINTY)
-    return out
+    se = np.array([w.compute_se_s for w in state.workers], dtype=float)
+    c = np.array([w.compute_s for w in state.workers], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        within = np.where(np.isfinite(se) & (c > 0), se / np.where(c > 0, c, 1.0), 0.0)
+    scatter = np.full(n, np.nan)
+    got = model.fit_scatter()[:n]
+    scatter[:got.size] = got
+    changed = np.array([bool(w.changed) for w in state.workers])
+    across = np.where(np.isfinite(scatter), scatter, np.where(changed, 0.0, PRIOR_INTERVAL_SCATTER))
+    return np.maximum(np.maximum(within, across), MIN_REL_UNCERTAINTY)
 
 
 def split_evidence(pred: np.ndarray, rel_se: np.ndarray, min_compute_s: float, z_min: float,

@@ -381,6 +381,34 @@ class ComputeModel:
         for i, h in zip(ranks, have):
             self._rank_fits[i] = next(out) if h else (math.nan, math.nan)
 
+    def fit_scatter(self) -> np.ndarray:
+        """Per rank: the scatter of its interval means around its own fit, as a relative standard
+        error of the fit, sqrt(sum r^2 / (k - 1)) / sqrt(k) with r = t / (alpha + beta b) - 1
+        over its k points with a positive prediction (0 without such points); NaN for a rank
+        with fewer than two observations. One numpy pass over every rank's points (a decision
+        at 1024 ranks spent ~10 ms on this in Python)."""
+        n = len(self.obs)
+        out = np.full(n, np.nan)
+        counts = np.array([len(d) for d in self.obs], dtype=int)
+        many = np.flatnonzero(counts >= 2)
+        if many.size == 0:
+            return out
+        fits = np.array([self._fit_rank(int(i)) for i in many], dtype=float)
+        cnt = counts[many]
+        pts = np.array([p[:2] for i in many for p in self.obs[i]], dtype=float).reshape(-1, 2)
+        a, b = np.repeat(fits[:, 0], cnt), np.repeat(fits[:, 1], cnt)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pred = a + b * pts[:, 0]
+            ok = pred > 0
+            rel = np.where(ok, pts[:, 1] / np.where(ok, pred, 1.0) - 1.0, 0.0)
+        starts = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+        k = np.add.reduceat(ok.astype(float), starts)
+        ss = np.add.reduceat(rel * rel, starts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            across = np.sqrt(ss / np.maximum(k - 1, 1)) / np.sqrt(k)
+        out[many] = np.where(k > 0, across, 0.0)
+        return out
+
     def _compute_rank_fit(self, i: int) -> tuple[float, float]:
         bs, ts = [p[0] for p in self.obs[i]], [p[1] for p in self.obs[i]]
         ws = [precision_weight(p[2]) for p in self.obs[i]]

@@ -438,3 +438,48 @@ def test_global_batch_floor_is_the_initial_batch_for_every_controller():
     s = _state([32] * 4, [1e-3] * 4, comm=0.001, noise_scale=8.0)
     assert sum(free.decide(s)) < 100
     assert sum(ctl.decide(s)) == pytest.approx(128)
+
+
+def test_rel_uncertainty_equals_its_per_rank_definition():
+    """evidence.rel_uncertainty (numpy over every rank's points, ComputeModel.fit_scatter) gives
+    the per-rank definition: max(interval scatter, scatter around the rank's own fit / sqrt(k),
+    0.01), the prior (0.15) for a rank with < 2 points unless it changed (0)."""
+    from dynamix_hvd.controllers.evidence import MIN_REL_UNCERTAINTY, PRIOR_INTERVAL_SCATTER, rel_uncertainty
+    from dynamix_hvd.controllers.model import ComputeModel
+
+    def plain(model, state):
+        out = []
+        for i, w in enumerate(state.workers):
+            within = w.compute_se_s / w.compute_s if (math.isfinite(w.compute_se_s) and w.compute_s > 0) else 0.0
+            hist = list(model.obs[i])
+            if len(hist) >= 2:
+                a, b = model.fit_rank(i)
+                rel = [y / (a + b * x) - 1.0 for x, y, _ in hist if a + b * x > 0]
+                across = math.sqrt(sum(r * r for r in rel) / max(len(rel) - 1, 1)) / math.sqrt(len(rel)) if rel else 0.0
+            elif w.changed:
+                across = 0.0
+            else:
+                across = PRIOR_INTERVAL_SCATTER
+            out.append(max(within, across, MIN_REL_UNCERTAINTY))
+        return np.array(out)
+
+    rng = np.random.default_rng(3)
+    for trial in range(6):
+        n = int(rng.integers(2, 80))
+        model = ComputeModel(history=int(rng.integers(2, 17)))
+        speed, sizes = rng.uniform(0.5, 2, n), rng.integers(4, 64, n).astype(float)
+        for k in range(12):
+            if rng.random() < 0.3:
+                speed[rng.integers(n)] *= rng.choice([0.4, 2.5])
+            if rng.random() < 0.4:
+                sizes = rng.integers(4, 64, n).astype(float)
+            times = (0.002 + speed * 1e-3 * sizes) * rng.normal(1, 0.05, n)
+            se = times * rng.uniform(0, 0.1, n)
+            se[rng.random(n) < 0.1] = np.nan
+            changed = (rng.random(n) < 0.1).astype(int)
+            ws = [WorkerStats(rank=r, batch_size=int(sizes[r]), max_batch=64, compute_s=float(times[r]),
+                              step_s=float(times.max()), compute_se_s=float(se[r]), changed=int(changed[r]))
+                  for r in range(n)]
+            state = ClusterState(Plan(0, tuple(int(x) for x in sizes)), ws, GlobalStats())
+            model.add_state(state)
+            np.testing.assert_allclose(rel_uncertainty(model, state), plain(model, state), rtol=1e-12, atol=1e-15)
