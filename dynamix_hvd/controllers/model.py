@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -342,7 +343,7 @@ class ComputeModel:
         have = counts > 0
         if not have.any():
             return
-        pts = np.array([p for i in ranks for p in self.obs[i]], dtype=float).reshape(-1, 3)
+        pts = self._points(ranks, int(counts.sum()))
         b, t, r = pts[:, 0], pts[:, 1], pts[:, 2]
         if not (np.isfinite(b).all() and np.isfinite(t).all() and (b > 0).all() and (t > 0).all()):
             return                      # (points a checkpoint brought in unchecked: the per-rank path)
@@ -381,6 +382,11 @@ class ComputeModel:
         for i, h in zip(ranks, have):
             self._rank_fits[i] = next(out) if h else (math.nan, math.nan)
 
+    def _points(self, ranks: list[int], total: int) -> np.ndarray:
+        """The (b, t, rel. error) points of ``ranks`` laid end to end, (total, 3) floats."""
+        flat = chain.from_iterable(chain.from_iterable(self.obs[i] for i in ranks))
+        return np.fromiter(flat, dtype=float, count=3 * total).reshape(-1, 3)
+
     def fit_scatter(self) -> np.ndarray:
         """Per rank: the scatter of its interval means around its own fit, as a relative standard
         error of the fit, sqrt(sum r^2 / (k - 1)) / sqrt(k) with r = t / (alpha + beta b) - 1
@@ -395,7 +401,7 @@ class ComputeModel:
             return out
         fits = np.array([self._fit_rank(int(i)) for i in many], dtype=float)
         cnt = counts[many]
-        pts = np.array([p[:2] for i in many for p in self.obs[i]], dtype=float).reshape(-1, 2)
+        pts = self._points(many.tolist(), int(cnt.sum()))
         a, b = np.repeat(fits[:, 0], cnt), np.repeat(fits[:, 1], cnt)
         with np.errstate(divide="ignore", invalid="ignore"):
             pred = a + b * pts[:, 0]
