@@ -483,3 +483,60 @@ def test_rel_uncertainty_equals_its_per_rank_definition():
             state = ClusterState(Plan(0, tuple(int(x) for x in sizes)), ws, GlobalStats())
             model.add_state(state)
             np.testing.assert_allclose(rel_uncertainty(model, state), plain(model, state), rtol=1e-12, atol=1e-15)
+
+
+def test_change_test_equals_its_per_rank_definition():
+    """ComputeModel._deviations (all ranks in one numpy pass) gives the per-rank definition:
+    the affine prediction when the sizes identify a fixed cost, else the median time at the
+    same size; tolerance max(change_tol, 3 x 1.4826 x median |residual| from 4 points, 3 x the
+    combined standard error)."""
+    import statistics
+
+    from dynamix_hvd.controllers.model import ComputeModel, _combined_rel_se, identified
+
+    def plain(model, i, b, t, r):
+        d = model.obs[i]
+        if not d:
+            return 0
+        if identified([p[0] for p in d]):
+            alpha, beta = model.fit_rank(i)
+            rel = [abs(y / (alpha + beta * x) - 1.0) for x, y, _ in d]
+            pred = alpha + beta * b
+            r_pred = _combined_rel_se(list(d))
+        else:
+            same = [p for p in d if abs(p[0] - b) <= 0.05 * b]
+            if not same:
+                return 0
+            pred = statistics.median([p[1] for p in same])
+            rel = [abs(p[1] / pred - 1.0) for p in same]
+            r_pred = _combined_rel_se(same)
+        rel = [x for x in rel if math.isfinite(x)]
+        tol = model.change_tol
+        if len(rel) >= 4:
+            tol = max(tol, 3.0 * 1.4826 * statistics.median(rel))
+        if math.isfinite(r):
+            tol = max(tol, 3.0 * math.sqrt(r * r + r_pred * r_pred))
+        if pred <= 0 or abs(t - pred) <= tol * pred:
+            return 0
+        return 1 if t > pred else -1
+
+    rng = np.random.default_rng(5)
+    seen = set()
+    for trial in range(10):
+        n = int(rng.integers(2, 90))
+        model = ComputeModel(history=int(rng.integers(2, 17)), change_tol=float(rng.choice([0.05, 0.3])))
+        speed, sizes = rng.uniform(0.5, 2, n), rng.integers(4, 64, n).astype(float)
+        for k in range(14):
+            if rng.random() < 0.3:
+                speed[rng.integers(n)] *= rng.choice([0.4, 2.5])
+            if rng.random() < 0.3:
+                sizes = rng.integers(4, 64, n).astype(float)
+            times = (0.002 + speed * 1e-3 * sizes) * rng.normal(1, 0.1, n)
+            rel = rng.uniform(0, 0.1, n)
+            rel[rng.random(n) < 0.2] = np.nan
+            got = model._deviations(sizes.tolist(), times.tolist(), rel.tolist())
+            want = [plain(model, i, sizes[i], times[i], rel[i]) if i < len(model.obs) else 0 for i in range(n)]
+            assert got.tolist() == want, (trial, k)
+            seen.update(want)
+            model.add(sizes, times, rel_se=rel)
+    assert seen == {-1, 0, 1}
