@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dynamix_hvd.controllers.model import equal_time_split
+from dynamix_hvd.controllers.split import equal_time_split
 from dynamix_hvd.perfmodel import efficiency, ring_allreduce_s, step_time
 from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats

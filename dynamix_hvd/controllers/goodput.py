@@ -30,7 +30,8 @@ import numpy as np
 from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, MIN_EXCESS, Z_MIN, SplitEvidence,  # noqa: F401
                                               rel_uncertainty, resplit_gain, split_evidence)
-from dynamix_hvd.controllers.model import ComputeModel, equal_time_split, equal_time_splits, fit_affine  # noqa: F401
+from dynamix_hvd.controllers.model import ComputeModel
+from dynamix_hvd.controllers.split import equal_time_splits
 from dynamix_hvd.perfmodel import efficiency_array, step_time
 from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dynamix_hvd.controllers.model import equal_time_split
+from dynamix_hvd.controllers.split import equal_time_split
 from dynamix_hvd.perfmodel import efficiency, exposed_comm
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState

@@ -43,138 +43,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from dynamix_hvd.controllers.affine import (IDENTIFY_SPREAD, WEIGHT_FLOOR, fit_affine, fit_scaled,
+                                            identified, precision_weight)
+
 if TYPE_CHECKING:
     from dynamix_hvd.records import ClusterState
 
 
-WEIGHT_FLOOR = 0.02      # relative error below which observations count alike (interval-to-interval scatter)
-
-
-def precision_weight(rel_se: float) -> float:
-    """Weight of one interval's mean compute time, in (0, 1]: FLOOR^2 / (rel_se^2 + FLOOR^2)
-    (``WEIGHT_FLOOR``), the inverse variance scaled so that a precise interval, or one of unknown
-    (NaN) error, weighs 1."""
-    r = float(rel_se) if math.isfinite(rel_se) and rel_se > 0 else 0.0
-    f2 = WEIGHT_FLOOR * WEIGHT_FLOOR
-    return f2 / (r * r + f2)
-
-
-def _points(b: Sequence[float], t: Sequence[float],
-            w: Sequence[float] | None = None) -> list[tuple[float, float, float]]:
-    """The usable (b, t, weight) triples: b and t finite and positive (weight 1 without ``w``)."""
-    ws = [1.0] * len(b) if w is None else w
-    return [(float(x), float(y), float(v)) for x, y, v in zip(b, t, ws)
-            if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0 and math.isfinite(v) and v > 0]
-
-
-def fit_affine(b: Sequence[float], t: Sequence[float], w: Sequence[float] | None = None) -> tuple[float, float]:
-    """(alpha, beta) of t = alpha + beta * b, with alpha >= 0 and beta > 0, weighted least squares
-    (weights ``w``, default equal).
-
-    With fewer than two distinct sizes (or a fit with a negative slope) the fixed cost is not
-    identifiable and ``alpha = 0`` (time proportional to the batch: beta is the weighted mean of
-    t / b). Plain Python over the (<= ``history``) points: numpy's per-call overhead dominated the
-    simulator's training loop, which fits every rank at every decision."""
-    pts = _points(b, t, w)
-    if not pts:
-        return math.nan, math.nan
-    bs = [p[0] for p in pts]
-    sw = sum(p[2] for p in pts)
-    if identified(bs):
-        # weighted least squares in closed form (np.polyfit(b, t, 1, w=sqrt(w)))
-        bm = sum(v * x for x, _, v in pts) / sw
-        tm = sum(v * y for _, y, v in pts) / sw
-        sxx = sum(v * (x - bm) ** 2 for x, _, v in pts)
-        beta = sum(v * (x - bm) * (y - tm) for x, y, v in pts) / sxx
-        alpha = tm - beta * bm
-        if beta > 0 and alpha >= 0:
-            return alpha, beta
-        if beta > 0:
-            return 0.0, sum(v * x * y for x, y, v in pts) / sum(v * x * x for x, _, v in pts)
-    return 0.0, sum(v * y / x for x, y, v in pts) / sw
-
-
-def fit_scaled(prior: tuple[float, float], b: Sequence[float], t: Sequence[float],
-               w: Sequence[float] | None = None) -> tuple[float, float]:
-    """(s * alpha0, s * beta0): the prior fit scaled by the (weighted) least-squares factor s to the points."""
-    a0, b0 = prior
-    pts = _points(b, t, w)
-    if not pts:
-        return math.nan, math.nan
-    p = [a0 + b0 * x for x, _, _ in pts]
-    scale = sum(v * pi * y for pi, (_, y, v) in zip(p, pts)) / sum(v * pi * pi for pi, (_, _, v) in zip(p, pts))
-    return scale * a0, scale * b0
-
-
-IDENTIFY_SPREAD = 0.25
 BATCH_FIT_MIN = 32       # stale ranks from which ComputeModel refits them in one numpy pass
-
-
-def identified(b: Sequence[float]) -> bool:
-    """True when the sizes are spread enough (> ``IDENTIFY_SPREAD`` = 25% of their mean) to fit
-    a fixed cost.
-
-    A narrower spread makes the slope noise: live (node_slowdown), a rank seen at 19 and 20
-    samples with 1 ms of timing scatter was fitted at 22 ms + 0.22 ms/sample (truly about 3 ms +
-    1 ms/sample), so every larger global batch gave it 2-3x the others' share for one interval
-    (5-6 times per run), and the bad fit outlived a restart as the prior. The threshold was 5%."""
-    b = [float(x) for x in b]
-    return len(b) >= 2 and (max(b) - min(b)) > IDENTIFY_SPREAD * (sum(b) / len(b))
-
-
-def equal_time_split(alpha: np.ndarray, beta: np.ndarray, total: float, lo: float, hi: np.ndarray) -> np.ndarray:
-    """Continuous split of ``total`` equalising alpha_i + beta_i b_i within [lo, hi_i].
-
-    Every rank not at a bound finishes at the same time T, ranks at ``lo`` take longer and
-    ranks at ``hi_i`` less (exact water filling, see ``equal_time_splits``). A total outside
-    [N lo, sum hi] gives every rank its bound."""
-    return equal_time_splits(alpha, beta, [total], lo, hi)[0]
-
-
-def equal_time_splits(alpha: np.ndarray, beta: np.ndarray, totals: Sequence[float], lo: float,
-                      hi: np.ndarray) -> np.ndarray:
-    """``equal_time_split`` of several totals at once: an (len(totals), N) array.
-
-    The split at finish time T is b_i(T) = clip((T - alpha_i) / beta_i, lo, hi_i), and its sum
-    F(T) is piecewise linear and non-decreasing with breakpoints where a rank meets a bound. F is
-    evaluated at the 2N breakpoints, each total is located between two of them and T
-    interpolated: exact (a greedy clip-and-repeat left ranks floored that should have come back
-    once other ranks hit their caps) and one pass for all totals (the goodput model scores ~11
-    candidate global batches per decision)."""
-    alpha = np.asarray(alpha, dtype=float)
-    inv = 1.0 / np.asarray(beta, dtype=float)
-    if inv.shape != alpha.shape or np.size(hi) not in (1, alpha.size):
-        raise ValueError(f"equal_time_splits: alpha {alpha.shape}, beta {inv.shape} and hi {np.shape(hi)} "
-                         "must have one entry per rank")
-    hi = np.maximum(np.broadcast_to(np.asarray(hi, dtype=float), alpha.shape), lo)
-    totals = np.asarray(totals, dtype=float).reshape(-1)
-    bp = np.sort(np.concatenate([alpha + lo / inv, alpha + hi / inv]))
-    F = _split_sums(alpha, inv, lo, hi, bp)
-    k = np.clip(np.searchsorted(F, totals, side="left"), 1, bp.size - 1)
-    dF = F[k] - F[k - 1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        T = np.where(dF > 0, bp[k - 1] + (totals - F[k - 1]) * (bp[k] - bp[k - 1]) / dF, bp[k])
-    return np.clip((T[:, None] - alpha) * inv, lo, hi)
-
-
-def _split_sums(alpha: np.ndarray, inv: np.ndarray, lo: float, hi: np.ndarray, T: np.ndarray) -> np.ndarray:
-    """F(T) = sum_i clip((T - alpha_i) inv_i, lo, hi_i) at each finish time in ``T``, in
-    O((N + len(T)) log N): rank i adds lo below t_lo_i = alpha_i + lo / inv_i, its linear part
-    between, and hi_i from t_hi_i = alpha_i + hi_i / inv_i on, so F is N lo plus prefix sums over
-    the ranks sorted by t_lo minus those sorted by t_hi. (The (2N, N) clip it replaces took 24 ms
-    per call at N = 1024: the decision-latency target there is 20 ms.)"""
-    ai = alpha * inv
-    t_lo, t_hi = alpha + lo / inv, alpha + hi / inv
-    o1, o2 = np.argsort(t_lo, kind="stable"), np.argsort(t_hi, kind="stable")
-    z = np.zeros(1)
-    c1_inv, c1_ai = np.concatenate([z, np.cumsum(inv[o1])]), np.concatenate([z, np.cumsum(ai[o1])])
-    c2_inv, c2_ai = np.concatenate([z, np.cumsum(inv[o2])]), np.concatenate([z, np.cumsum(ai[o2])])
-    c2_hi = np.concatenate([z, np.cumsum(hi[o2])])
-    k1 = np.searchsorted(t_lo[o1], T, side="left")      # ranks above their floor: t_lo < T
-    k2 = np.searchsorted(t_hi[o2], T, side="right")     # ranks at their cap: t_hi <= T
-    above = T * c1_inv[k1] - c1_ai[k1] - lo * k1          # sum of ((T - alpha) inv - lo) over them
-    capped = T * c2_inv[k2] - c2_ai[k2] - c2_hi[k2]       # sum of ((T - alpha) inv - hi) over them
-    return lo * alpha.size + above - capped
 
 
 def _triple(p: Sequence[float]) -> tuple[float, float, float]:

@@ -20,7 +20,8 @@ import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.controllers.evidence import MIN_COMPUTE_S, Z_MIN, rel_uncertainty, resplit_gain, split_evidence
-from dynamix_hvd.controllers.model import ComputeModel, equal_time_split
+from dynamix_hvd.controllers.model import ComputeModel
+from dynamix_hvd.controllers.split import equal_time_split
 from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState
 

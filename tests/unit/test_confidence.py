@@ -242,7 +242,7 @@ def test_a_noisy_first_interval_does_not_hold_back_the_split(name):
 
 
 def test_equally_precise_observations_are_plain_least_squares():
-    from dynamix_hvd.controllers.model import fit_affine, precision_weight
+    from dynamix_hvd.controllers.affine import fit_affine, precision_weight
     b = [16.0, 24.0, 32.0, 48.0]
     t = [0.030, 0.037, 0.046, 0.061]
     assert fit_affine(b, t, [precision_weight(0.01)] * 4) == pytest.approx(fit_affine(b, t))

@@ -10,7 +10,7 @@ from dynamix_hvd.agent.sim import ClusterSim, SimConfig
 from dynamix_hvd.controllers import REGISTRY, make_controller
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
-from dynamix_hvd.controllers.model import equal_time_split
+from dynamix_hvd.controllers.split import equal_time_split
 
 
 def _state(sizes, tps, comm=0.01, noise_scale=float("nan"), caps=None):
@@ -221,7 +221,7 @@ def test_a_narrow_size_spread_does_not_identify_the_fixed_cost():
 
 
 def test_equal_time_splits_balance_within_bounds():
-    from dynamix_hvd.controllers.model import equal_time_split, equal_time_splits
+    from dynamix_hvd.controllers.split import equal_time_split, equal_time_splits
     rng = np.random.default_rng(3)
     for _ in range(300):
         n = int(rng.integers(1, 9))
@@ -274,7 +274,7 @@ def test_goodput_keeps_batch_when_noise_scale_small_or_unknown():
 
 
 def test_goodput_fits_affine_model():
-    from dynamix_hvd.controllers.model import fit_affine
+    from dynamix_hvd.controllers.affine import fit_affine
     b = np.array([16, 32, 64, 48.0])
     a, beta = fit_affine(b, 0.01 + 0.002 * b)
     assert a == pytest.approx(0.01, rel=1e-6) and beta == pytest.approx(0.002, rel=1e-6)
@@ -324,7 +324,7 @@ def test_compute_model_restarts_at_once_on_a_rank_flagged_changed():
 
 def test_split_sums_equal_the_direct_definition():
     """model._split_sums (prefix sums, O(N log N)) against sum_i clip((T - a_i) / b_i, lo, hi_i)."""
-    from dynamix_hvd.controllers.model import _split_sums
+    from dynamix_hvd.controllers.split import _split_sums
     rng = np.random.default_rng(3)
     for trial in range(200):
         n = int(rng.integers(1, 80))
@@ -492,7 +492,8 @@ def test_change_test_equals_its_per_rank_definition():
     combined standard error)."""
     import statistics
 
-    from dynamix_hvd.controllers.model import ComputeModel, _combined_rel_se, identified
+    from dynamix_hvd.controllers.affine import identified
+    from dynamix_hvd.controllers.model import ComputeModel, _combined_rel_se
 
     def plain(model, i, b, t, r):
         d = model.obs[i]
