@@ -19,7 +19,9 @@ ratio of a variant in a round is the mean steps/s of its two blocks over plain's
 linear drift of the machine's load cancels. Prints the median ratio over the rounds and its
 range (min-max), and the plain steps/s and step time; and the main thread's CPU time per step
 over plain's (``time.thread_time``, largest over the ranks: the work the hook adds to the critical
-path, less sensitive to other processes than the wall clock, though they still inflate it). Each block builds a fresh model and
+path, less sensitive to other processes than the wall clock, though they still inflate it), and
+each hook variant's decisions and early decisions (react) per 1000 steps: on a loaded machine
+timing noise used to fake a node change every ~9 steps. Each block builds a fresh model and
 optimizer (and Dynamix), runs warm-up steps, then times a fixed number of steps (calibrated once
 so that a plain block lasts about ``--block-s``). Timing-sensitive: run under the CPU lock.
 """
