@@ -380,6 +380,22 @@ def test_compute_model_per_rank_fit_cache_changes_nothing():
             assert np.array_equal(rel_uncertainty(a, state), rel_uncertainty(b, state))
 
 
+def _random_intervals(rng, n, steps, p_change, p_resize, noise, p_nan):
+    """Decision intervals of ``n`` ranks at 2 ms + speed x 1 ms/sample: now and then a rank slows
+    or speeds up 2.5x and the sizes are redrawn; yields (sizes, times, rel. errors (some NaN),
+    changed flags)."""
+    speed, sizes = rng.uniform(0.5, 2, n), rng.integers(4, 64, n).astype(float)
+    for _ in range(steps):
+        if rng.random() < p_change:
+            speed[rng.integers(n)] *= rng.choice([0.4, 2.5])
+        if rng.random() < p_resize:
+            sizes = rng.integers(4, 64, n).astype(float)
+        times = (0.002 + speed * 1e-3 * sizes) * rng.normal(1, noise, n)
+        rel = rng.uniform(0, 0.1, n)
+        rel[rng.random(n) < p_nan] = np.nan
+        yield sizes, times, rel, (rng.random(n) < 0.05).astype(int)
+
+
 def test_compute_model_batch_fit_equals_the_per_rank_fit():
     """From BATCH_FIT_MIN stale ranks on, the compute model refits them in one numpy pass; it
     gives the per-rank fit (affine, through the origin, prior-scaled) to 1e-9, through speed
@@ -395,16 +411,7 @@ def test_compute_model_batch_fit_equals_the_per_rank_fit():
         n = int(rng.integers(BATCH_FIT_MIN, 3 * BATCH_FIT_MIN))
         a = ComputeModel(history=int(rng.integers(3, 17)))
         c = PerRank(history=a.history)
-        speed, sizes = rng.uniform(0.5, 2, n), rng.integers(4, 64, n).astype(float)
-        for k in range(25):
-            if rng.random() < 0.2:
-                speed[rng.integers(n)] *= rng.choice([0.4, 2.5])
-            if rng.random() < 0.4:
-                sizes = rng.integers(4, 64, n).astype(float)
-            times = (0.002 + speed * 1e-3 * sizes) * rng.normal(1, 0.03, n)
-            rel = rng.uniform(0, 0.1, n)
-            rel[rng.random(n) < 0.1] = np.nan
-            changed = (rng.random(n) < 0.05).astype(int)
+        for sizes, times, rel, changed in _random_intervals(rng, n, 25, 0.2, 0.4, 0.03, 0.1):
             for m in (a, c):
                 m.add(sizes, times, changed=changed, rel_se=rel)
             for x, y in zip(a.fit(), c.fit()):
@@ -467,16 +474,8 @@ def test_rel_uncertainty_equals_its_per_rank_definition():
     for trial in range(6):
         n = int(rng.integers(2, 80))
         model = ComputeModel(history=int(rng.integers(2, 17)))
-        speed, sizes = rng.uniform(0.5, 2, n), rng.integers(4, 64, n).astype(float)
-        for k in range(12):
-            if rng.random() < 0.3:
-                speed[rng.integers(n)] *= rng.choice([0.4, 2.5])
-            if rng.random() < 0.4:
-                sizes = rng.integers(4, 64, n).astype(float)
-            times = (0.002 + speed * 1e-3 * sizes) * rng.normal(1, 0.05, n)
-            se = times * rng.uniform(0, 0.1, n)
-            se[rng.random(n) < 0.1] = np.nan
-            changed = (rng.random(n) < 0.1).astype(int)
+        for sizes, times, rel, changed in _random_intervals(rng, n, 12, 0.3, 0.4, 0.05, 0.1):
+            se = times * rel
             ws = [WorkerStats(rank=r, batch_size=int(sizes[r]), max_batch=64, compute_s=float(times[r]),
                               step_s=float(times.max()), compute_se_s=float(se[r]), changed=int(changed[r]))
                   for r in range(n)]
@@ -526,15 +525,7 @@ def test_change_test_equals_its_per_rank_definition():
     for trial in range(10):
         n = int(rng.integers(2, 90))
         model = ComputeModel(history=int(rng.integers(2, 17)), change_tol=float(rng.choice([0.05, 0.3])))
-        speed, sizes = rng.uniform(0.5, 2, n), rng.integers(4, 64, n).astype(float)
-        for k in range(14):
-            if rng.random() < 0.3:
-                speed[rng.integers(n)] *= rng.choice([0.4, 2.5])
-            if rng.random() < 0.3:
-                sizes = rng.integers(4, 64, n).astype(float)
-            times = (0.002 + speed * 1e-3 * sizes) * rng.normal(1, 0.1, n)
-            rel = rng.uniform(0, 0.1, n)
-            rel[rng.random(n) < 0.2] = np.nan
+        for k, (sizes, times, rel, _) in enumerate(_random_intervals(rng, n, 14, 0.3, 0.3, 0.1, 0.2)):
             got = model._deviations(sizes.tolist(), times.tolist(), rel.tolist())
             want = [plain(model, i, sizes[i], times[i], rel[i]) if i < len(model.obs) else 0 for i in range(n)]
             assert got.tolist() == want, (trial, k)
