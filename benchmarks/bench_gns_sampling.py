@@ -122,7 +122,7 @@ def main() -> None:
         if hvd.rank() != 0:
             continue
         for iv in (int(i) for i in args.intervals.split(",")):
-            full = replay(rows, iv, 1, 0.9)
+            full = replay(rows, iv, 1, 0.9, 0, MIN_SAMPLES, 0)      # every step, however long the interval
             skip = max(1, args.skip * args.interval // iv)
             for k, m, ms, mx in ((int(e), int(m), int(q), int(x)) for e in args.every.split(",")
                                  for m in args.samples.split(",") for q in args.min_samples.split(",")

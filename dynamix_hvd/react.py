@@ -95,7 +95,7 @@ class ChangeDetector:
         return Change(compute=bool(c), step=bool(s), steps_since=n)
 
 
-FALSE_ALARM = 1e-3   # chance per step that timing noise alone confirms a change in one series
+FALSE_ALARM = 1e-4   # chance per step that timing noise alone confirms a change in one series
 
 
 class _Series:
@@ -105,13 +105,17 @@ class _Series:
     (up: > tol; down: < -tol / (1 + tol), the same ratio the other way) when that run confirms a
     change, else 0.
 
-    The run must be ``confirm`` long on a steady series, longer on a noisy one: with p the
-    fraction of reference values that are themselves outside the band (Laplace-smoothed, so
-    p >= 1 / (m + 2); the run's own values are not counted), it must be ``ceil(log FALSE_ALARM / log p)`` long (at most half the
+    The run must be ``confirm`` long on a steady series with a full reference, longer on a noisy
+    one or on a short reference: with p the fraction of reference values that are themselves
+    outside the band (Laplace-smoothed, so p >= 1 / (m + 2): a short reference, as right after
+    a decision rebased it, is not trusted to be steady; the run's own values are not counted),
+    it must be ``ceil(log FALSE_ALARM / log p)`` long (at most half the
     window), so that noise alone confirms a change with a chance of about ``FALSE_ALARM`` per
     step. Measured (issue 25): on this 2-core machine under load, three steps in a row 50%
     slower than the median came every ~9 steps, and the hook took an early decision (a gather
-    and a broadcast) each time: 110 decisions per 1000 steps instead of 16."""
+    and a broadcast) each time: 110 decisions per 1000 steps instead of 16. With a bound of
+    1e-3 a quiet 2-rank job still took 3.1 early decisions per 1000 steps of 2.3 ms (as many as
+    its regular ones); 1e-4 leaves about 0.4."""
 
     def __init__(self, confirm: int, reference: int, window: int, tol: float) -> None:
         self.n, self.min_len, self.window = confirm, confirm + reference, window

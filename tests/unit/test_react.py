@@ -14,12 +14,19 @@ def _feed(det, key, compute, step):
 
 def test_a_sustained_slowdown_fires_once_after_three_steps():
     rng = np.random.default_rng(0)
-    c = list(0.035 * (1 + 0.05 * rng.random(12))) + [0.131] * 10
+    c = list(0.035 * (1 + 0.05 * rng.random(30))) + [0.131] * 10
     out = _feed(ChangeDetector(), 16, c, [x + 0.01 for x in c])
     fired = [i for i, ch in enumerate(out) if ch is not None]
-    assert fired == [14]                      # the third slow step, and only once
-    ch = out[14]
+    assert fired == [32]                      # the third slow step, and only once
+    ch = out[32]
     assert ch.compute and ch.step and ch.steps_since == 3
+
+
+def test_a_short_reference_needs_a_longer_run():
+    """Right after a (re)base the reference holds a few steps: it is not trusted to be steady
+    (Laplace-smoothed outlier share >= 1/(m + 2)), so 9 reference steps need a run of 4."""
+    out = _feed(ChangeDetector(), 16, [0.03] * 12 + [0.12] * 5, [0.04] * 12 + [0.13] * 5)
+    assert [i for i, ch in enumerate(out) if ch is not None] == [15]
 
 
 def test_a_step_time_change_alone_is_not_a_compute_change():
@@ -31,8 +38,8 @@ def test_a_step_time_change_alone_is_not_a_compute_change():
 
 def test_a_speedup_fires_with_the_mirrored_threshold():
     # 1/(1 + tol): with tol = 0.5 a 1.6x speed-up (t x 0.625) counts, a 1.4x one (t x 0.71) does not
-    assert any(_feed(ChangeDetector(), 16, [0.1] * 8 + [0.0625] * 3, [0.2] * 11))
-    assert not any(_feed(ChangeDetector(), 16, [0.1] * 8 + [0.071] * 5, [0.2] * 13))
+    assert any(_feed(ChangeDetector(), 16, [0.1] * 30 + [0.0625] * 3, [0.2] * 33))
+    assert not any(_feed(ChangeDetector(), 16, [0.1] * 30 + [0.071] * 5, [0.2] * 35))
 
 
 @pytest.mark.parametrize("tail", [[0.2, 0.03, 0.2, 0.2], [0.2, 0.2, 0.03, 0.2, 0.2], [0.2, 0.2]])
@@ -55,7 +62,7 @@ def test_a_small_plan_change_keeps_the_reference():
     # a controller moved this rank from 22 to 21 samples and B from 64 to 65 one step before the
     # link slowed down (live, link_degrade): the slowdown must still be seen
     det = ChangeDetector()
-    _feed(det, (22, 64), [0.028] * 12, [0.039] * 12)
+    _feed(det, (22, 64), [0.028] * 30, [0.039] * 30)
     out = _feed(det, (21, 65), [0.028] * 3, [0.085] * 3)
     assert out[-1] is not None and out[-1].step and not out[-1].compute
 
@@ -80,7 +87,7 @@ def test_bad_timings_are_skipped_and_bad_settings_named():
 def _naive_moved(xs, confirm, reference, tol, window):
     """The definition, written plainly: the run of latest values beyond ``tol`` of the median of
     the ones before the last ``confirm``, in the same direction, when it is at least ``confirm``
-    long and at least ``log(1e-3) / log(p)`` long (p: the Laplace-smoothed fraction of the other
+    long and at least ``log(1e-4) / log(p)`` long (p: the Laplace-smoothed fraction of the other
     reference values beyond the band; at most window // 2); else 0."""
     import math
     import statistics
@@ -100,7 +107,7 @@ def _naive_moved(xs, confirm, reference, tol, window):
             others = ref[:len(ref) - (run - confirm)]
             out = sum(1 for x in others if x > med * (1 + tol) or x < med / (1 + tol))
             p = (out + 1) / (len(others) + 2)
-            need = max(confirm, min(math.ceil(math.log(1e-3) / math.log(p)), window // 2))
+            need = max(confirm, min(math.ceil(math.log(1e-4) / math.log(p)), window // 2))
             return run if run >= need else 0
     return 0
 
