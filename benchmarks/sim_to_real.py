@@ -5,7 +5,7 @@ against the live bench's, on the same scenario and target.
     dynamix bench --scenario S --controllers static,proportional,goodput,ppo --repeats 3 --out LIVE
     dynamix replay --workload CAP --scenario S --controllers static,proportional,goodput,ppo \\
         --target T --seeds 8 --out REPLAY.json
-    .venv/bin/python benchmarks/sim_to_real.py LIVE REPLAY.json [--tolerance 0.15]
+    .venv/bin/python benchmarks/sim_to_real.py LIVE[,LIVE2...] REPLAY.json [--tolerance 0.15]
 
 Live: the median over the repeats of each controller's first evaluation at or above the target
 (``results.json``, the scenario's ``target_accuracy`` unless ``--target``); replay: the median over
@@ -60,7 +60,9 @@ def compare(live: dict[str, float | None], sim: dict[str, float | None]) -> list
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("live", type=Path, help="a dynamix bench output directory")
+    p.add_argument("live", help="a dynamix bench output directory, or several comma-separated (benches of "
+                                "the same scenario run with different controllers; the first that has a "
+                                "controller gives it)")
     p.add_argument("replay", type=Path, help="a dynamix replay OUT.json")
     p.add_argument("--target", type=float, default=None, help="live target (default: the replay's target metric)")
     p.add_argument("--tolerance", type=float, default=0.15)
@@ -68,7 +70,10 @@ def main() -> int:
     try:
         sim, sim_target = replay_times(a.replay)
         target = a.target if a.target is not None else sim_target
-        live = live_times(a.live, target)
+        live: dict[str, float | None] = {}
+        for d in a.live.split(","):
+            for name, t in live_times(Path(d), target).items():
+                live.setdefault(name, t)
         rows = compare(live, sim)
     except (OSError, KeyError, ValueError) as exc:
         print(f"sim_to_real: {exc.__class__.__name__}: {exc}", file=sys.stderr)
