@@ -217,7 +217,7 @@ def test_excepthook_installed_and_restored():
 def test_gradient_statistics_sampling_rule():
     """GradNoise.sampled: every gns_every-th step and the step before the decision, more often
     when the interval would hold fewer than MIN_SAMPLES (16) samples, less often when it would
-    hold more than about MAX_SAMPLES (64); with gns_samples = K only
+    hold more than about ``max_samples`` when a cap is set (MAX_SAMPLES: off by default); with gns_samples = K only
     the last K such steps before each decision; never on one rank."""
     from dynamix_hvd.measure import MAX_SAMPLES, MIN_SAMPLES, GradNoise
 
@@ -233,10 +233,17 @@ def test_gradient_statistics_sampling_rule():
     assert taken(4, 0, 48) == list(range(2, 48, 3))          # 48 steps: every 3rd (16 samples)
     assert taken(2, 0, 140, start=110) == list(range(110, 140))   # the interval, not the step count
     assert taken(2, 3, 100) == [95, 97, 99]                  # last 3 of every 2nd step
-    # long intervals (short steps, min_decision_s): about MAX_SAMPLES (64) samples, evenly spread
-    assert MAX_SAMPLES == 64
-    assert taken(2, 0, 200) == list(range(2, 200, 3)) + [199] and len(taken(2, 0, 640)) == 64
-    assert len(taken(2, 0, 128)) == 64 and taken(2, 0, 400)[:3] == [5, 11, 17]
+    # long intervals (short steps, min_decision_s): no cap by default (it cost accuracy) ...
+    assert MAX_SAMPLES == 0 and len(taken(2, 0, 640)) == 320
+
+    def capped(every, next_due, cap):
+        g = GradNoise(0, 4, every, 0.9)
+        g.max_samples = cap
+        return [s for s in range(next_due) if g.sampled(s, next_due, 0)]
+
+    # ... with one, about max_samples samples, evenly spread
+    assert capped(2, 200, 64) == list(range(2, 200, 3)) + [199] and len(capped(2, 640, 64)) == 64
+    assert len(capped(2, 128, 64)) == 64 and capped(2, 400, 64)[:3] == [5, 11, 17]
     assert taken(2, 30, 40) == list(range(1, 40, 2))         # window longer than the interval
     assert taken(1, 4, 50) == [46, 47, 48, 49]
     assert taken(2, 0, 10, world=1) == []
