@@ -113,9 +113,10 @@ class _Series:
     window), so that noise alone confirms a change with a chance of about ``FALSE_ALARM`` per
     step. Measured (issue 25): on this 2-core machine under load, three steps in a row 50%
     slower than the median came every ~9 steps, and the hook took an early decision (a gather
-    and a broadcast) each time: 110 decisions per 1000 steps instead of 16. With a bound of
-    1e-3 a quiet 2-rank job still took 3.1 early decisions per 1000 steps of 2.3 ms (as many as
-    its regular ones); 1e-4 leaves about 0.4."""
+    and a broadcast) each time: 110 decisions per 1000 steps instead of 16. On a quiet machine
+    the overhead bench still shows 0-7.5 early decisions per 1000 steps with the bound at 1e-3
+    or 1e-4 alike, so those are not noise of this kind (not yet attributed: the bench blocks'
+    start-up, the machine's speed-mode switches)."""
 
     def __init__(self, confirm: int, reference: int, window: int, tol: float) -> None:
         self.n, self.min_len, self.window = confirm, confirm + reference, window
