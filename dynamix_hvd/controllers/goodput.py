@@ -139,9 +139,10 @@ class GoodputController(Controller):
         gns = (f"noise scale {phi:.0f} (rel. err {state.glob.noise_scale_rel_err:.2f})" if gns_ok else
                f"global batch held: noise scale not stable (rel. err {state.glob.noise_scale_rel_err:.2f})")
         if g_best < (1.0 + self.switch_gain) * g_now:
-            if ev.act and B_now == float(current.sum()) and resplit_gain(alpha, beta, current, b_now) < MIN_EXCESS:
+            gain_split = resplit_gain(alpha, beta, current, b_now) if ev.act and B_now == float(current.sum()) else math.inf
+            if gain_split < MIN_EXCESS:
                 self.last_reason = (f"keep split: {ev.reason}, but re-splitting gains "
-                                    f"{resplit_gain(alpha, beta, current, b_now):.0%} < {MIN_EXCESS:.0%}; {gns}; B {B_now:.0f} kept")
+                                    f"{gain_split:.0%} < {MIN_EXCESS:.0%}; {gns}; B {B_now:.0f} kept")
                 return current, float(current.sum())
             self.last_reason = f"{ev.reason}; {gns}; B {B_now:.0f} kept"
             return self._integer(b_now), float(b_now.sum())

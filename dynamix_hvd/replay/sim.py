@@ -65,10 +65,9 @@ class ReplaySim:
     def __init__(self, progress: ProgressModel, tp: ThroughputModel, trace: SpeedTrace, n: int,
                  speeds: Sequence[float] | None = None, interval_steps: int | None = None,
                  base_batch: int | None = None, budget_factor: float = 20.0, deadband: float = 0.05,
-                 dynamics: Any = None, caps: Sequence[int] | None = None,
-                 max_global_batch: int | None = None) -> None:
+                 dynamics: Any = None, caps: Sequence[int] | None = None) -> None:
         self.pm, self.tp, self.trace, self.n = progress, tp, trace, int(n)
-        self.max_global_batch = max_global_batch   # the live hook's cap (a scenario's LR rule), None: the traces' range
+        self.max_global_batch: int | None = None   # the live hook's cap (set for a scenario), None: the traces' range
         self.dyn = dynamics      # replay.scenario.ScenarioDynamics: hardware, links, events in time
         self.caps = tuple(int(c) for c in caps) if caps is not None else (tp.cap,) * self.n
         self.sync_mult = 1.0
