@@ -98,9 +98,10 @@ def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_e
     while not sim.done and sim.decisions < max_decisions:
         lengths, F = sim.fluct.chunks(sim.t, K)
         h = sim.hw * (lengths @ F) / lengths.sum()
-        L = sim.sync_mult              # h compute + L sync = L (h/L compute + sync): same split
+        # h compute + L sync + a = L (h/L compute + sync) + a: the same split, T scaled and shifted
+        L = sim.sync_mult
         T, cont = equal_time_totals(sim.tp.envelope(h / L), sim.tp.grid, cands)
-        T = T * L
+        T = T * L + sim.sync_add
         order = [0]
         if cands.size > 1:
             s_now = ProgressModel.position(sim.P, cumC)
@@ -137,7 +138,7 @@ def run_hindsight(sim: ReplaySim, seed: int, n_constant: int = N_CONSTANT,
         sim.reset(seed)
         L = sim.sync_mult
         T, _ = equal_time_totals(sim.tp.envelope(sim.hw.astype(float) / L), sim.tp.grid, cands)
-        T = T * L
+        T = T * L + sim.sync_add
         with np.errstate(invalid="ignore"):
             est = np.ceil(cumC[:, -1] / cands) * T
         for m in np.argsort(est)[:n_constant]:

@@ -14,14 +14,20 @@ the step times. How each part of the scenario maps:
   milliseconds do **not** map: the workload's measured compute(b) has its own fixed and per-sample
   parts, and only the ranks' relative marginal speeds are taken (a per-rank ``fixed_ms`` that
   differs between ranks, or an event changing only ``fixed_ms``, is not represented).
-* **links**: the measured sync time is multiplied by ``ring(t) / ring_ref``, where ``ring`` is
-  ``perfmodel.ring_allreduce_s`` of the scenario's gradient bytes (the scenario workload's
-  parameters x 4 + ``grad_mb``) over the links at time t, and ``ring_ref`` the same over a uniform
-  cluster (every link at the fastest initial bandwidth and the smallest initial latency). A slow
-  link, a degrading link and ``grad_mb`` therefore slow the measured sync in the proportion they
-  slow the scenario's own allreduce. For a workload captured on this very scenario
-  (``capture.json`` in the directory, see docs/bench.md) the measured sync already includes the
-  initial links: the reference is then the scenario's initial links (``ring(t) / ring(0)``).
+* **links**: ``ring`` is ``perfmodel.ring_allreduce_s`` of the scenario's gradient bytes (the
+  scenario workload's parameters x 4 + ``grad_mb``) over the links at time t.
+  - A workload from elsewhere (Pollux's): the measured sync time is multiplied by
+    ``ring(t) / ring_ref``, ``ring_ref`` the same over a uniform cluster (every link at the
+    fastest initial bandwidth and the smallest initial latency). A slow link, a degrading link
+    and ``grad_mb`` slow the measured sync in the proportion they slow the scenario's own
+    allreduce.
+  - A workload captured on this very scenario (``capture.json`` in the directory, see
+    docs/bench.md): the measured sync already holds the initial links' wire time and the
+    engine's fixed cost per allreduce (Horovod's cycle, MPI, Python: 4-5 ms of the 5 ms measured
+    on link_degrade, where the wire takes 0.85 ms), so a change of the links *adds* its wire
+    time: ``ring(t) - ring(0)``. Multiplying instead charged link_degrade's static run 92.7 s to
+    its target against 25.8 s live (session 14: the 10 Mbit/s link multiplied the whole 5 ms by
+    65).
 * **events** happen at simulated time ``at_s x time_scale``. ``time_scale`` = 1 for a captured
   workload (its seconds are the live bench's); otherwise (``auto``) the replay's static step time
   at the start over the scenario's modelled static step time (``max_i compute_i(base_batch)``
@@ -63,7 +69,8 @@ def ring_s(nbytes: float, workers: Sequence[WorkerSpec]) -> float:
 class _State:
     at: float              # simulated seconds from which it holds
     hw: np.ndarray         # (N,) compute multipliers (without the speed trace)
-    sync_mult: float
+    sync_mult: float       # the sync time is sync_mult x measured + sync_add (seconds)
+    sync_add: float = 0.0
 
 
 class ScenarioDynamics:
@@ -74,7 +81,7 @@ class ScenarioDynamics:
         w0 = sc.workers
         self.ps_ref = min(w.per_sample_ms for w in w0)
         if captured:
-            self.ring_ref = ring_s(nbytes, w0)
+            self.ring_ref = ring_s(nbytes, w0)     # (the difference from it is added)
         else:
             bw, lat = max(w.bandwidth_mbit for w in w0), min(w.latency_ms for w in w0)
             self.ring_ref = ring_s(nbytes, [WorkerSpec(1.0, 1.0, bandwidth_mbit=bw, latency_ms=lat)] * len(w0))
@@ -85,8 +92,9 @@ class ScenarioDynamics:
     def _state(self, at: float, workers: Sequence[WorkerSpec]) -> _State:
         hw = np.array([w.per_sample_ms / self.ps_ref for w in workers])
         ring = ring_s(self.nbytes, workers)
-        mult = ring / self.ring_ref if self.ring_ref > 0 else 1.0
-        return _State(at, hw, mult)
+        if self.captured:
+            return _State(at, hw, 1.0, ring - self.ring_ref)
+        return _State(at, hw, ring / self.ring_ref if self.ring_ref > 0 else 1.0)
 
     def _build(self) -> None:
         sc = self.sc
@@ -144,6 +152,7 @@ def describe(dyn: ScenarioDynamics) -> dict[str, Any]:
             "time_scale": round(dyn.time_scale, 6), "gradient_bytes": dyn.nbytes,
             "hardware_factors": [round(float(x), 4) for x in dyn.states[0].hw],
             "sync_multiplier_start": round(dyn.states[0].sync_mult, 4),
+            "sync_added_ms": [round(1e3 * s.sync_add, 3) for s in dyn.states],
             "events_at_sim_s": [round(s.at, 4) for s in dyn.states[1:]],
             "speed_traces": [bool(s) for s in dyn.traces.series]}
 

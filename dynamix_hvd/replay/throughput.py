@@ -74,10 +74,13 @@ class ThroughputModel:
         h = np.asarray(h, dtype=float)
         return np.maximum.accumulate(h[..., None] * self.compute + self.sync, axis=-1)
 
-    def rank_times(self, h: np.ndarray, b: np.ndarray, sync_mult: float = 1.0) -> np.ndarray:
+    def rank_times(self, h: np.ndarray, b: np.ndarray, sync_mult: float = 1.0, sync_add: float = 0.0) -> np.ndarray:
         """tau_i(b_i) for multipliers h (C, N) (or (N,)) and integer local batches b (N,); the sync
-        time times ``sync_mult`` (a scenario's links, ``replay/scenario.py``)."""
+        time is ``sync_mult`` x the measured one + ``sync_add`` seconds (a scenario's links,
+        ``replay/scenario.py``)."""
         U = np.asarray(h, dtype=float)[..., None] * self.compute + (self.sync if sync_mult == 1.0 else sync_mult * self.sync)
+        if sync_add:
+            U = U + sync_add
         b = np.asarray(b, dtype=np.int64)
         j, w = self.idx[b], self.w[b]
         r = self._ranks(b.size)

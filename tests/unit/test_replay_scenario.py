@@ -109,6 +109,36 @@ def test_links_multiply_the_measured_sync(tmp_path: Path) -> None:
     assert out["raw"][:, 5] == pytest.approx(sim.tp.sync_at(b) * m1, rel=0.3)
 
 
+def test_links_add_their_wire_time_to_a_captured_sync(tmp_path: Path) -> None:
+    """Captured on the scenario: the measured sync holds the initial links and the engine's fixed
+    cost, so a link event adds ring(t) - ring(0) instead of multiplying the whole sync (which
+    charged link_degrade's static run 3.6x its live time)."""
+    import shutil
+
+    from dynamix_hvd.traces import shipped_workload
+    d = tmp_path / "cap"
+    shutil.copytree(shipped_workload("cifar10"), d)
+    (d / CAPTURE_FILE).write_text(json.dumps({"scenario": "rs"}))
+    body = worker(1.0) + worker(1.0, bw=100) + "[[events]]\nat_s = 1\nrank = 0\nbandwidth_mbit = 10\nlatency_ms = 2\n"
+    f = scen(tmp_path, body)
+    sc = load_scenario(f)
+    nbytes = gradient_bytes(sc)
+    sim = make_scenario_world(str(d), str(f), base_batch=32).sim
+    sim.reset(0)
+    assert sim.sync_mult == 1.0 and sim.sync_add == 0.0          # the initial links are in the measurement
+    add = ring_s(nbytes, sc.workers_at(1.0)) - ring_s(nbytes, sc.workers)
+    assert add > 0.001
+    b = np.array([32, 32])
+    iv = sim.run_interval(b, time=2.0)
+    assert iv.sync_mult == 1.0 and iv.sync_add == pytest.approx(add)
+    tau = sim.tp.rank_times(np.ones(2), b, 1.0, add)
+    assert iv.elapsed == pytest.approx(10 * tau.max())
+    assert tau.max() == pytest.approx(sim.tp.rank_times(np.ones(2), b).max() + add)
+    out = sim.observe(b, iv)                           # measured allreduce: the sync plus the added wire time
+    assert out["raw"][:, 5] == pytest.approx(sim.tp.sync_at(b) + add, rel=0.3)
+    assert sim.scenario_info["sync_added_ms"][1] == pytest.approx(1e3 * add, abs=1e-3)
+
+
 def test_memory_caps_and_defaults(tmp_path: Path) -> None:
     body = worker(1.0) + worker(2.0, extra="max_batch = 100\n")
     w = make_scenario_world("cifar10", str(scen(tmp_path, body)))
