@@ -20,7 +20,7 @@ linear drift of the machine's load cancels. Prints the median ratio over the rou
 range (min-max), and the plain steps/s and step time; and the main thread's CPU time per step
 over plain's (``time.thread_time``, largest over the ranks: the work the hook adds to the critical
 path, less sensitive to other processes than the wall clock, though they still inflate it), and
-each hook variant's decisions and early decisions (react) per 1000 steps: on a loaded machine
+each hook variant's decisions and early decisions (react) per 1000 timed steps and the median time of a decision on rank 0: on a loaded machine
 timing noise used to fake a node change every ~9 steps. Each block builds a fresh model and
 optimizer (and Dynamix), runs warm-up steps, then times a fixed number of steps (calibrated once
 so that a plain block lasts about ``--block-s``). Timing-sensitive: run under the CPU lock.
@@ -50,6 +50,7 @@ VARIANTS = {
     "all four off": {"gns": False, "react": False, "oom_redo": False, "collector": False},
     "all five off": {"gns": False, "react": False, "oom_redo": False, "collector": False, "stall_timeout_s": 0},
     "min_decision_s=0": {"min_decision_s": 0},       # a decision every interval_steps (10) steps
+    "gns_every=8": {"gns_every": 8},                 # gradient statistics on every 8th step (default 2)
     # the per-step flags as a Horovod tensor of their own (before session 13) instead of the probe element
     "horovod flags": {"_flags": "horovod"},
 }
@@ -68,9 +69,10 @@ def _model(width: int):  # noqa: ANN202
                                torch.nn.ReLU(), torch.nn.Linear(width, CLASSES))
 
 
-def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tuple[float, float, float, float]:
+def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tuple[float, ...]:
     """One block of ``variant``: (steps/s, main-thread CPU microseconds per step; the largest
-    over the ranks; decisions and early decisions (react) per 1000 steps, 0 for plain) over
+    over the ranks; decisions and early decisions (react) per 1000 timed steps, and the median
+    milliseconds a decision took on this rank (gather, decide, broadcast), 0 for plain) over
     ``steps`` timed steps after ``warmup``."""
     import horovod.torch as hvd
     import torch
@@ -82,6 +84,7 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
     total = warmup + steps
     hvd.allreduce(torch.zeros(1), name="bench.sync")      # start the block together
     decisions = [0, 0]
+    took: list[float] = []
     if variant == "plain":
         dopt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -118,9 +121,12 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
         _decide = dyn._decide              # noqa: SLF001 - counted: how often a decision (early or not) ran
 
         def counted(step: int) -> None:
-            decisions[0] += 1
-            decisions[1] += int(getattr(dyn.local, "react_ranks", None) is not None)
+            if step >= warmup:           # the timed window only
+                decisions[0] += 1
+                decisions[1] += int(getattr(dyn.local, "react_ranks", None) is not None)
+            t = time.perf_counter()
             _decide(step)
+            took.append(time.perf_counter() - t)
 
         dyn._decide = counted              # type: ignore[method-assign]
         optimizer = dyn.optimizer
@@ -148,7 +154,8 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
     # the slowest rank's time is the job's
     dt, cpu = (float(v) for v in hvd.allreduce(torch.tensor([dt, cpu], dtype=torch.float64), op=hvd.Max,
                                                name="bench.dt"))
-    return steps / dt, 1e6 * cpu / steps, 1e3 * decisions[0] / total, 1e3 * decisions[1] / total
+    ms = 1e3 * statistics.median(took) if took else 0.0
+    return steps / dt, 1e6 * cpu / steps, 1e3 * decisions[0] / steps, 1e3 * decisions[1] / steps, ms
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -169,16 +176,15 @@ def worker(args: argparse.Namespace) -> None:
     for _ in range(args.rounds):
         got: dict[str, list[float]] = {v: [] for v in variants}
         cpu: dict[str, list[float]] = {v: [] for v in variants}
-        dec: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+        dec: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
         for v in variants + variants[::-1]:
-            r, c, d, e = _block(v, args.width, steps, args.warmup, data)
+            r, c, d, e, ms = _block(v, args.width, steps, args.warmup, data)
             got[v].append(r)
             cpu[v].append(c)
-            dec[v].append((d, e))
+            dec[v].append((d, e, ms))
         rounds.append({v: statistics.fmean(r) for v, r in got.items()})
         cpu_rounds.append({v: statistics.fmean(c) for v, c in cpu.items()})
-        dec_rounds.append({v: [statistics.fmean(x[0] for x in d), statistics.fmean(x[1] for x in d)]
-                           for v, d in dec.items()})
+        dec_rounds.append({v: [statistics.fmean(x[i] for x in d) for i in range(3)] for v, d in dec.items()})
     if hvd.rank() == 0:
         print("RESULT " + json.dumps({"np": hvd.size(), "width": args.width, "steps_per_block": steps,
                                       "rounds": rounds, "cpu_us": cpu_rounds, "decisions": dec_rounds}), flush=True)
@@ -208,6 +214,8 @@ def summarise(res: dict) -> list[str]:
         if dec:
             line += (f"   decisions {statistics.median(d[v][0] for d in dec):.1f}/1000 steps "
                      f"(early {statistics.median(d[v][1] for d in dec):.1f})")
+            if len(dec[0][v]) > 2:
+                line += f", {statistics.median(d[v][2] for d in dec):.2f} ms each (rank 0)"
         lines.append(line)
     return lines
 

@@ -45,7 +45,9 @@ class DynamixConfig:
     accumulation: int = 1                # gradient accumulation micro-batches per step
     seed: int = 0                        # sampler permutation seed (same on all ranks)
     shuffle: bool = True
-    gns: bool = True                     # estimate the gradient noise scale
+    gns: bool | None = None              # gradient statistics for the noise scale; None (auto): on when the
+                                         # controller or the LR rule reads it (goodput, ppo, adascale), off
+                                         # for static and proportional, which pay nothing for it (issue 25)
     gns_beta: float = 0.9                # EMA factor of the noise-scale estimator
     gns_every: int = 2                   # gradient statistics on every k-th step (+ the step before each decision)
     gns_samples: int = 0                 # ... only the last ``gns_samples`` such steps before each decision (0: all;
@@ -115,7 +117,7 @@ class DynamixConfig:
         need(is_int(self.accumulation) and self.accumulation >= 1, "accumulation", "an integer >= 1")
         need(is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
         need(isinstance(self.shuffle, bool), "shuffle", "true or false")
-        need(isinstance(self.gns, bool), "gns", "true or false")
+        need(self.gns is None or isinstance(self.gns, bool), "gns", "true, false or None (auto)")
         need(isinstance(self.gns_beta, (int, float)) and 0 <= self.gns_beta < 1, "gns_beta", "a number in [0, 1)")
         need(is_int(self.gns_every) and self.gns_every >= 1, "gns_every", "an integer >= 1 (steps)")
         need(is_int(self.gns_samples) and self.gns_samples >= 0, "gns_samples",
@@ -225,6 +227,17 @@ class DynamixConfig:
             values["max_batch"] = tuple(values["max_batch"])
         return DynamixConfig(**values).validate()
 
+    def resolved(self, controller: Any = None) -> "DynamixConfig":
+        """Automatic settings made concrete: ``gns`` None is on when the controller (``controller``,
+        an object, else the ``controller`` name) or the LR rule (adascale) reads the noise scale.
+        The engines resolve on rank 0 and broadcast (``core.resolve_config``): a controller object
+        may exist on rank 0 only."""
+        if self.gns is not None:
+            return self
+        from dynamix_hvd.controllers import uses_noise_scale
+        on = self.lr_rule == "adascale" or uses_noise_scale(controller if controller is not None else self.controller)
+        return dataclasses.replace(self, gns=on)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["controller_kwargs"] = dict(self.controller_kwargs)
@@ -245,13 +258,18 @@ def _from_toml(path: Path, names: set[str]) -> dict[str, Any]:
     return dict(data)
 
 
+AUTO_BOOLS = ("gns",)   # true / false / None (auto: decided from the controller, DynamixConfig.resolved)
+
+
 def _parse_env_value(name: str, raw: str, default: Any) -> Any:
     raw = raw.strip()
     try:
         if name == "max_batch":
             parts = [int(p) for p in raw.split(",")]
             return parts[0] if len(parts) == 1 else tuple(parts)
-        if isinstance(default, bool):
+        if name in AUTO_BOOLS and raw.lower() in ("auto", "none", ""):
+            return None
+        if isinstance(default, bool) or name in AUTO_BOOLS:
             if raw.lower() in ("1", "true", "yes", "on"):
                 return True
             if raw.lower() in ("0", "false", "no", "off"):

@@ -51,6 +51,15 @@ def load_config(config: DynamixConfig | None, controller: Controller | str | Non
     return config, controller
 
 
+def resolve_config(config: DynamixConfig, controller: Controller | None, comm: Any) -> DynamixConfig:
+    """The automatic settings (``gns`` None) made concrete from rank 0's controller, the same on
+    every rank: a controller object may exist on rank 0 only (one broadcast, at construction)."""
+    if config.gns is not None:
+        return config
+    gns = comm.bcast_object(config.resolved(controller).gns if comm.rank == 0 else None)
+    return dataclasses.replace(config, gns=bool(gns))
+
+
 class DynamixCore(lifecycle.DeprecatedLoop):
     """Engine-neutral state and per-step logic; an engine calls ``_setup`` from its constructor,
     applies the weight ``local.scale`` in its gradient path and calls ``_after_update``."""
@@ -63,7 +72,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
                metrics_fn: Callable[[WorkerStats], None] | None) -> None:
         self.comm = comm
         self.rank, self.world = comm.rank, comm.size
-        self.config = cfg = config.validate(self.world)
+        self.config = cfg = resolve_config(config, controller, comm).validate(self.world)
         self.model, self.emulator, self.metrics_fn = model, emulator, metrics_fn
         self.bounds = lifecycle.bounds_for_world(cfg, self.world, model)
         lifecycle.warn_batchnorm(model, self.bounds, self.rank)

@@ -79,7 +79,7 @@ class Dynamix(DynamixCore):
         # the n_i/T weight, sampled gradient norms and the step's flags: in Horovod's own hook
         self._weighting = Weighting(inner._compression, len(inner._requires_update),  # noqa: SLF001
                                     scale=lambda: self.local.scale,
-                                    on_local=self._on_local if cfg.gns else None, last=self._submit_flags,
+                                    on_local=self._on_local if self.config.gns else None, last=self._submit_flags,
                                     flagged=lambda: bool(self.local.oom_batch or self.local.react_flag))
         inner._compression = self._weighting                 # noqa: SLF001
         self.local.on_new_step = self._new_step
@@ -125,7 +125,7 @@ class Dynamix(DynamixCore):
 
     def _optimizer_step(self, closure: Any) -> Any:
         t_entry = time.perf_counter()
-        loc, inner = self.local, self.hvd_optimizer
+        inner = self.hvd_optimizer
         self._check_step_call()
         if (self._weighting.probe is not None or self._flags is not None) and not inner._synchronized:  # noqa: SLF001
             inner.synchronize()                  # submits what backward did not

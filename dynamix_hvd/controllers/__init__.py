@@ -19,6 +19,18 @@ REGISTRY: dict[str, str] = {
 }
 
 
+# the built-in controllers whose ``uses_noise_scale`` is True (by name, so that resolving the
+# config's ``gns = auto`` on every rank imports no controller module; a test checks the classes)
+NOISE_SCALE_READERS = frozenset({"goodput", "ppo"})
+
+
+def uses_noise_scale(controller: str | Controller) -> bool:
+    """Does this controller (a registry name or an object) read the gradient noise scale?"""
+    if isinstance(controller, str):
+        return controller in NOISE_SCALE_READERS
+    return bool(getattr(controller, "uses_noise_scale", True))
+
+
 def make_controller(name: str, bounds: PlanBounds, base_batch: int, **kwargs: Any) -> Controller:
     """Build a controller by name; unknown names raise ValueError listing the known ones."""
     if name not in REGISTRY:
@@ -28,4 +40,4 @@ def make_controller(name: str, bounds: PlanBounds, base_batch: int, **kwargs: An
     return cls(bounds, base_batch, **kwargs)
 
 
-__all__ = ["Controller", "REGISTRY", "make_controller"]
+__all__ = ["Controller", "REGISTRY", "NOISE_SCALE_READERS", "make_controller", "uses_noise_scale"]

@@ -24,6 +24,11 @@ class Controller(abc.ABC):
     # goodput guard (safety.GoodputGuard) falls back to the simple controller when measured goodput
     # stays below the level before its decisions
     guarded: bool = False
+    # True when ``decide`` reads the gradient noise scale (state.glob.noise_scale, directly or
+    # through the goodput guard): with ``gns`` left to auto the hook takes gradient statistics
+    # (a per-step cost: issue 25) only for such a controller. True by default: a controller of
+    # the user's may read it
+    uses_noise_scale: bool = True
     # one line on why the last decision proposed what it did (decision log, progress output)
     last_reason: str | None = None
 

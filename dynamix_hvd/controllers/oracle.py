@@ -15,6 +15,7 @@ from dynamix_hvd.records import ClusterState
 
 class OracleController(Controller):
     name = "oracle"
+    uses_noise_scale = False
     exact = True
 
     def __init__(self, bounds: PlanBounds, base_batch: int,

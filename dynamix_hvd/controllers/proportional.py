@@ -28,6 +28,7 @@ from dynamix_hvd.records import ClusterState
 
 class ProportionalController(Controller):
     name = "proportional"
+    uses_noise_scale = False
 
     def __init__(self, bounds: PlanBounds, base_batch: int, threshold: float = 0.1, history: int = 16,
                  change_tol: float = 0.3, min_compute_s: float = MIN_COMPUTE_S, z_min: float = Z_MIN) -> None:

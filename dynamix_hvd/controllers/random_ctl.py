@@ -13,6 +13,7 @@ from dynamix_hvd.records import ClusterState
 
 class RandomController(Controller):
     name = "random"
+    uses_noise_scale = False
 
     def __init__(self, bounds: PlanBounds, base_batch: int, seed: int = 0, k: int = 2,
                  step_frac: float = 0.125) -> None:

@@ -9,6 +9,7 @@ from dynamix_hvd.records import ClusterState
 
 class StaticController(Controller):
     name = "static"
+    uses_noise_scale = False
 
     def decide(self, state: ClusterState) -> Sequence[float]:
         return [float(self.base_batch)] * state.world_size

@@ -8,6 +8,7 @@ import sys
 import warnings
 
 import horovod.torch as hvd
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -43,7 +44,7 @@ def test_new_loop_reports_loss_and_samples_gns(comm, tmp_path_factory):
     x, y = make_data(n=7000)
     model = make_model()
     cfg = DynamixConfig(base_batch=8, interval_steps=100, min_decision_s=0, gns_every=5, controller="static",
-                        collector=False, react=False,
+                        collector=False, react=False, gns=True,      # (auto would be off: static reads no noise scale)
                         run_dir=run_dir, tensorboard=False)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
     finished = []
@@ -70,6 +71,28 @@ def test_new_loop_reports_loss_and_samples_gns(comm, tmp_path_factory):
         assert [r.step for r in records] == [100, 200]
         assert all(r.workers[0].loss == r.workers[0].loss for r in records[1:])   # reported: finite
         assert all(r.lr is not None and r.lr > 0 for r in records)        # the writer adds the LR
+
+
+@pytest.mark.parametrize("controller,sampled", [("static", False), ("proportional", False), ("goodput", True)])
+def test_gradient_statistics_only_for_a_controller_that_reads_them(comm, controller, sampled):
+    """gns left to auto (issue 25): static and proportional never read the noise scale, so the hook
+    takes no gradient statistics for them (no per-step cost); goodput does."""
+    x, y = make_data(n=2000)
+    model = make_model()
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), base_batch=8,
+                  controller=controller, interval_steps=10, min_decision_s=0, collector=False)
+    assert dyn.config.gns is sampled
+    finished = []
+    orig = dyn.gns.finish
+
+    def finish(total, n_local, reduced):
+        finished.append(dyn.step_count)
+        orig(total, n_local, reduced)
+
+    dyn.gns.finish = finish
+    _train(dyn, model, x, y, 40)
+    dyn.close()
+    assert bool(finished) is (sampled and comm.Get_size() > 1), finished
 
 
 def test_deprecated_aliases_warn_once_and_close_restores_excepthook(comm):

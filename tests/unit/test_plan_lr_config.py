@@ -151,6 +151,41 @@ def _water_fill_bisection(weights, lo, hi, total):
     return np.clip(hi_lam * weights, lo, hi)
 
 
+def test_gns_auto_follows_what_the_controller_reads():
+    """gns None (auto) is resolved from the controller: only the ones that read the noise scale
+    (and the adascale LR rule) pay for the gradient statistics (issue 25)."""
+    import importlib
+
+    from dynamix_hvd.controllers import NOISE_SCALE_READERS, REGISTRY, make_controller
+    from dynamix_hvd.controllers.base import Controller
+
+    bounds = PlanBounds(max_batch=(64, 64))
+    for name, where in REGISTRY.items():       # the name list matches the classes' own attribute
+        module, cls = where.split(":")
+        reads = getattr(importlib.import_module(module), cls).uses_noise_scale
+        assert reads is (name in NOISE_SCALE_READERS), name
+        assert DynamixConfig(controller=name).resolved().gns is reads, name
+    for name in ("static", "proportional", "goodput"):   # an object: its own attribute
+        ctl = make_controller(name, bounds, 8)
+        assert DynamixConfig(controller="goodput" if name == "static" else "static").resolved(ctl).gns \
+            is ctl.uses_noise_scale, name
+    assert DynamixConfig(controller="static", lr_rule="adascale").resolved().gns is True
+    assert DynamixConfig(controller="goodput", gns=False).resolved().gns is False      # explicit wins
+    assert DynamixConfig(controller="static", gns=True).resolved().gns is True
+
+    class Mine(Controller):                    # a user's controller may read it: on
+        def decide(self, state):
+            return [8, 8]
+    assert DynamixConfig().resolved(Mine(bounds, 8)).gns is True
+    env = {"DYNAMIX_GNS": "auto"}
+    assert DynamixConfig.load(env=env, controller="static").gns is None
+    assert DynamixConfig.load(env={"DYNAMIX_GNS": "on"}).gns is True
+    with pytest.raises(ConfigError, match="DYNAMIX_GNS"):
+        DynamixConfig.load(env={"DYNAMIX_GNS": "maybe"})
+    with pytest.raises(ConfigError, match="gns"):
+        DynamixConfig(gns="yes").validate()
+
+
 def test_water_fill_is_the_bisection_solution_exactly():
     """Random weights (some zero, some tied), bounds (some lo == hi), totals across [sum lo, sum hi]
     and at both ends: the O(N log N) solve equals the bisection within 1e-6 and sums to the total
