@@ -51,12 +51,17 @@ VARIANTS = {
     "all five off": {"gns": False, "react": False, "oom_redo": False, "collector": False, "stall_timeout_s": 0},
     "min_decision_s=0": {"min_decision_s": 0},       # a decision every interval_steps (10) steps
     "gns_every=8": {"gns_every": 8},                 # gradient statistics on every 8th step (default 2)
+    # the defaults with a controller that reads the noise scale (gns auto: on), uneven plans never
+    # arise here (identical ranks, B held at B0 without an LR rule)
+    "controller=goodput": {"controller": "goodput"},
     # the per-step flags as a Horovod tensor of their own (before session 13) instead of the probe element
     "horovod flags": {"_flags": "horovod"},
 }
 _OFF = VARIANTS["all five off"]
 for _f in ("gns", "react", "oom_redo", "collector", "stall_timeout_s"):   # one feature on, the rest off
     VARIANTS[f"only {_f}"] = {k: v for k, v in _OFF.items() if k != _f}
+VARIANTS["only gns"]["gns"] = True       # (its default, auto, is off for the static controller)
+VARIANTS["gns=True"] = {"gns": True}     # the defaults before session 15 (static with gradient statistics)
 
 
 # ---------------------------------------------------------------------------------------------

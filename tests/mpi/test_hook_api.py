@@ -38,6 +38,19 @@ def _train(dyn, model, x, y, steps, old_api=False):
     dyn._pending.clear()
 
 
+def _record_sampled_steps(dyn) -> list[int]:
+    """The steps whose gradient statistics are finished (filled in as training runs)."""
+    finished: list[int] = []
+    orig = dyn.gns.finish
+
+    def finish(total, n_local, reduced):
+        finished.append(dyn.step_count)
+        orig(total, n_local, reduced)
+
+    dyn.gns.finish = finish
+    return finished
+
+
 def test_new_loop_reports_loss_and_samples_gns(comm, tmp_path_factory):
     rank, world = comm.Get_rank(), comm.Get_size()
     run_dir = comm.bcast(str(tmp_path_factory.mktemp("api")) if rank == 0 else None, root=0)
@@ -47,14 +60,7 @@ def test_new_loop_reports_loss_and_samples_gns(comm, tmp_path_factory):
                         collector=False, react=False, gns=True,      # (auto would be off: static reads no noise scale)
                         run_dir=run_dir, tensorboard=False)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
-    finished = []
-    orig = dyn.gns.finish
-
-    def finish(total, n_local, reduced):
-        finished.append(dyn.step_count)
-        orig(total, n_local, reduced)
-
-    dyn.gns.finish = finish
+    finished = _record_sampled_steps(dyn)
     _train(dyn, model, x, y, 200)
     noise = dyn.noise_scale
     dyn.close()
@@ -82,14 +88,7 @@ def test_gradient_statistics_only_for_a_controller_that_reads_them(comm, control
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), base_batch=8,
                   controller=controller, interval_steps=10, min_decision_s=0, collector=False)
     assert dyn.config.gns is sampled
-    finished = []
-    orig = dyn.gns.finish
-
-    def finish(total, n_local, reduced):
-        finished.append(dyn.step_count)
-        orig(total, n_local, reduced)
-
-    dyn.gns.finish = finish
+    finished = _record_sampled_steps(dyn)
     _train(dyn, model, x, y, 40)
     dyn.close()
     assert bool(finished) is (sampled and comm.Get_size() > 1), finished
