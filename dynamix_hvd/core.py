@@ -56,6 +56,11 @@ def resolve_config(config: DynamixConfig, controller: Controller | None, comm: A
     every rank: a controller object may exist on rank 0 only (one broadcast, at construction)."""
     if config.gns is not None:
         return config
+    if os.environ.get("HOROVOD_ELASTIC", "") == "1":
+        # a Horovod elastic worker joining later would wait in this broadcast while the others are
+        # in state.sync() (as for the initial-state broadcasts, horovod.py): each rank decides from
+        # its own controller argument, so pass the same controller (a name) on every rank
+        return config.resolved(controller)
     gns = comm.bcast_object(config.resolved(controller).gns if comm.rank == 0 else None)
     return dataclasses.replace(config, gns=bool(gns))
 

@@ -132,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
 
         # TensorBoard scalars are written by rank 0 once per decision (not per step): cheap
         spec = parse_controller(args.controller)
-        cfg = DynamixConfig(base_batch=sc.base_batch, controller=spec.name, react=spec.react,
+        # gradient statistics for every controller (gns=True, not auto): the run log's noise scale is
+        # what capture-trace writes into the workload's curves, and the controllers compare alike
+        cfg = DynamixConfig(base_batch=sc.base_batch, controller=spec.name, react=spec.react, gns=True,
                             interval_steps=sc.interval_steps, min_decision_s=0,   # the scenario's cadence
                             max_batch=tuple(device.max_batches()),
                             min_global_batch=sc.min_global_batch,
