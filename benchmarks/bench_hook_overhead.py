@@ -12,7 +12,9 @@ same per-rank batch (32) and SGD, under ``mpirun -np N``:
           ``dyn.batches(epoch)``; the loop is the hook's documented one.
 With ``--breakdown`` the hook also runs with one feature off at a time (gns, react, oom_redo,
 collector), with all four off, and with a decision every 10 steps however short they are
-(``min_decision_s=0``; the default spaces decisions at least 0.5 s apart).
+(``min_decision_s=0``; the default spaces decisions at least 0.5 s apart). ``null hook`` is not
+the hook: plain Horovod in the hook's loop shape (numpy index arrays from a generator, an
+optimizer proxy), the floor of any Python-level hook with this API on the machine at hand.
 
 One job runs every variant in the same processes, in rounds A B C .. C B A (A = plain): the
 ratio of a variant in a round is the mean steps/s of its two blocks over plain's two blocks, so a
@@ -56,6 +58,9 @@ VARIANTS = {
     "controller=goodput": {"controller": "goodput"},
     # the per-step flags as a Horovod tensor of their own (before session 13) instead of the probe element
     "horovod flags": {"_flags": "horovod"},
+    # not the hook: the floor of any hook with its loop shape (a generator of numpy index arrays,
+    # an optimizer proxy whose step() only forwards to Horovod's); no dynamix code runs
+    "null hook": {"_null": True},
 }
 _OFF = VARIANTS["all five off"]
 for _f in ("gns", "react", "oom_redo", "collector", "stall_timeout_s"):   # one feature on, the rest off
@@ -106,6 +111,20 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
             dopt.zero_grad()
             loss.backward()
             dopt.step()
+        dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    elif VARIANTS[variant].get("_null"):
+        dopt = _Proxy(hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average))
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(1)).numpy()
+        s, t0, c0 = 0, 0.0, 0.0
+        for idx in _null_batches(perm, BATCH * hvd.size(), BATCH * hvd.rank(), total):
+            if s == warmup:
+                t0, c0 = time.perf_counter(), time.thread_time()
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            dopt.zero_grad()
+            loss.backward()
+            dopt.step()
+            s += 1
         dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
     else:
         from dynamix_hvd import Dynamix
@@ -161,6 +180,25 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
                                                name="bench.dt"))
     ms = 1e3 * statistics.median(took) if took else 0.0
     return steps / dt, 1e6 * cpu / steps, 1e3 * decisions[0] / steps, 1e3 * decisions[1] / steps, ms
+
+
+class _Proxy:
+    """The "null hook" variant's optimizer: step() forwards, everything else is Horovod's."""
+
+    def __init__(self, inner) -> None:  # noqa: ANN001
+        self._inner = inner
+
+    def step(self, closure=None):  # noqa: ANN001, ANN201
+        return self._inner.step(closure)
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self._inner, name)
+
+
+def _null_batches(perm, global_batch: int, offset: int, steps: int):  # noqa: ANN001, ANN202
+    for s in range(steps):
+        start = (s * global_batch) % (len(perm) - global_batch) + offset
+        yield perm[start:start + BATCH]
 
 
 def worker(args: argparse.Namespace) -> None:

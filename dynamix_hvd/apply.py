@@ -85,29 +85,47 @@ class StepFlags:
 
 
 class FlagProbe:
-    """One gradient element that carries the step's flags (see the module docstring)."""
+    """One gradient element that carries the step's flags (see the module docstring). On a CPU
+    tensor the element is read and written through a numpy view (about 1 us, against 2-3 us
+    for each tensor indexing op, and three such ops per step); on a GPU through tensor ops
+    (asynchronous until ``raised`` reads the reduced element back)."""
 
     def __init__(self, param: torch.nn.Parameter) -> None:
         self.param = param
         self.sent = False                          # its gradient was handed to Horovod in this step
         self._index = (0,) * param.dim()           # its first element, whatever the strides
-        self._saved: torch.Tensor | None = None    # that element before the allreduce (0-d tensor)
+        self._saved: torch.Tensor | float | None = None   # that element before the allreduce
 
     def reset(self) -> None:
         self.sent = False
 
+    def _host(self, t: torch.Tensor) -> np.ndarray | None:
+        """A numpy view of a CPU tensor with a numpy dtype (None: use tensor ops)."""
+        if t.is_cpu and t.dtype in _NUMPY_FLOATS:
+            return (t.detach() if t.requires_grad else t).numpy()
+        return None
+
     def compressing(self, tensor: torch.Tensor, flag: bool) -> None:
         """The probe's gradient, weighted, is about to be reduced: keep the element (a copy on
         the tensor's device, no synchronisation) and poison it when this rank has a flag."""
-        self._saved = tensor[self._index].clone()
-        if flag:
-            tensor[self._index] = math.nan
+        host = self._host(tensor)
+        if host is not None:
+            self._saved = float(host[self._index])
+            if flag:
+                host[self._index] = math.nan
+        else:
+            self._saved = tensor[self._index].clone()
+            if flag:
+                tensor[self._index] = math.nan
         self.sent = True
 
     def raised(self) -> bool:
         """After the allreduce: is the reduced element not finite (some rank flagged)?"""
         g = self.param.grad
-        return g is not None and not math.isfinite(float(g[self._index]))
+        if g is None:
+            return False
+        host = self._host(g)
+        return not math.isfinite(float(host[self._index] if host is not None else g[self._index]))
 
     def local_value(self) -> float:
         return float(self._saved) if self._saved is not None else 0.0
@@ -117,6 +135,9 @@ class FlagProbe:
         uniform step)."""
         total = float(np.sum(values, dtype=np.float64))
         self.param.grad[self._index] = total / len(values) if average else total
+
+
+_NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
 
 
 class Weighting:

@@ -88,6 +88,15 @@ def _score(reached: np.ndarray, t_finish: np.ndarray, rate: np.ndarray) -> np.nd
     return np.where(reached, 1e12 - t_finish, rate)
 
 
+def _equal_time(sim: ReplaySim, h: np.ndarray, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step time and continuous split of each candidate global batch at compute multipliers
+    ``h`` under the simulator's links now: h compute + L sync + a = L (h/L compute + sync) + a,
+    so the equal-time split of h/L is the same split, its time scaled by L and shifted by a."""
+    L = sim.sync_mult
+    T, cont = equal_time_totals(sim.tp.envelope(h / L), sim.tp.grid, cands)
+    return T * L + sim.sync_add, cont
+
+
 def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_exact: int,
              max_decisions: int) -> tuple[float, list[int]]:
     """One oracle episode over ``cands``: per interval the best of the ``n_exact`` best-estimated
@@ -98,10 +107,7 @@ def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_e
     while not sim.done and sim.decisions < max_decisions:
         lengths, F = sim.fluct.chunks(sim.t, K)
         h = sim.hw * (lengths @ F) / lengths.sum()
-        # h compute + L sync + a = L (h/L compute + sync) + a: the same split, T scaled and shifted
-        L = sim.sync_mult
-        T, cont = equal_time_totals(sim.tp.envelope(h / L), sim.tp.grid, cands)
-        T = T * L + sim.sync_add
+        T, cont = _equal_time(sim, h, cands)
         order = [0]
         if cands.size > 1:
             s_now = ProgressModel.position(sim.P, cumC)
@@ -136,9 +142,7 @@ def run_hindsight(sim: ReplaySim, seed: int, n_constant: int = N_CONSTANT,
     if n_constant > 0:
         # constant batches ranked by their time to target at the start's speeds
         sim.reset(seed)
-        L = sim.sync_mult
-        T, _ = equal_time_totals(sim.tp.envelope(sim.hw.astype(float) / L), sim.tp.grid, cands)
-        T = T * L + sim.sync_add
+        T, _ = _equal_time(sim, sim.hw.astype(float), cands)
         with np.errstate(invalid="ignore"):
             est = np.ceil(cumC[:, -1] / cands) * T
         for m in np.argsort(est)[:n_constant]:
