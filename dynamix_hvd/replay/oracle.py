@@ -64,7 +64,7 @@ def integer_split(sim: ReplaySim, h: np.ndarray, B: int, cont: np.ndarray) -> np
         if rem > 0:
             cand = b + 1
             ok = cand <= cap
-            t = np.where(ok, sim.tp.rank_times(h, np.minimum(cand, cap)), np.inf)
+            t = np.where(ok, sim.tp.rank_times(h, np.minimum(cand, cap), sim.link), np.inf)
             k = min(rem, int(ok.sum()))
             if k == 0:
                 break                  # every rank at its memory cap: B is not reachable
@@ -73,7 +73,7 @@ def integer_split(sim: ReplaySim, h: np.ndarray, B: int, cont: np.ndarray) -> np
             rem -= k
         else:
             ok = b > 1
-            t = np.where(ok, sim.tp.rank_times(h, b), -np.inf)
+            t = np.where(ok, sim.tp.rank_times(h, b, sim.link), -np.inf)
             k = min(-rem, int(ok.sum()))
             if k == 0:
                 break
@@ -92,9 +92,9 @@ def _equal_time(sim: ReplaySim, h: np.ndarray, cands: np.ndarray) -> tuple[np.nd
     """Step time and continuous split of each candidate global batch at compute multipliers
     ``h`` under the simulator's links now: h compute + L sync + a = L (h/L compute + sync) + a,
     so the equal-time split of h/L is the same split, its time scaled by L and shifted by a."""
-    L = sim.sync_mult
+    L = sim.link.mult
     T, cont = equal_time_totals(sim.tp.envelope(h / L), sim.tp.grid, cands)
-    return T * L + sim.sync_add, cont
+    return sim.link.apply(T), cont
 
 
 def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_exact: int,

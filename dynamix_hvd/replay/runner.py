@@ -116,7 +116,7 @@ def make_scenario_world(workload: str, scenario: str, target: float | None = Non
             sim.reset(0)
             b0 = np.full(n, sim.base_batch)
             f0 = sched.factors(np.array([0]))[0]
-            replay_step = float(tp.rank_times(f0 * sim.hw, b0, sim.sync_mult, sim.sync_add).max())
+            replay_step = float(tp.rank_times(f0 * sim.hw, b0, sim.link).max())
             scale = replay_step / dyn.live_static_step_s()
     else:
         scale = float(time_scale)

@@ -48,6 +48,7 @@ import numpy as np
 from dynamix_hvd.emulate.scenario import LINK_KEYS, Scenario, WorkerSpec
 from dynamix_hvd.emulate.speedtrace import TraceSchedule
 from dynamix_hvd.perfmodel import ring_allreduce_s
+from dynamix_hvd.replay.throughput import Link
 
 from dynamix_hvd.emulate.capture import CAPTURE_FILE  # noqa: E402  (written by capture-trace)
 
@@ -69,8 +70,7 @@ def ring_s(nbytes: float, workers: Sequence[WorkerSpec]) -> float:
 class _State:
     at: float              # simulated seconds from which it holds
     hw: np.ndarray         # (N,) compute multipliers (without the speed trace)
-    sync_mult: float       # the sync time is sync_mult x measured + sync_add (seconds)
-    sync_add: float = 0.0
+    link: Link             # the links' effect on the measured sync time
 
 
 class ScenarioDynamics:
@@ -93,8 +93,8 @@ class ScenarioDynamics:
         hw = np.array([w.per_sample_ms / self.ps_ref for w in workers])
         ring = ring_s(self.nbytes, workers)
         if self.captured:
-            return _State(at, hw, 1.0, ring - self.ring_ref)
-        return _State(at, hw, ring / self.ring_ref if self.ring_ref > 0 else 1.0)
+            return _State(at, hw, Link(1.0, ring - self.ring_ref))
+        return _State(at, hw, Link(ring / self.ring_ref if self.ring_ref > 0 else 1.0))
 
     def _build(self) -> None:
         sc = self.sc
@@ -151,8 +151,8 @@ def describe(dyn: ScenarioDynamics) -> dict[str, Any]:
     return {"scenario": dyn.sc.name, "source": dyn.sc.source, "captured": dyn.captured,
             "time_scale": round(dyn.time_scale, 6), "gradient_bytes": dyn.nbytes,
             "hardware_factors": [round(float(x), 4) for x in dyn.states[0].hw],
-            "sync_multiplier_start": round(dyn.states[0].sync_mult, 4),
-            "sync_added_ms": [round(1e3 * s.sync_add, 3) for s in dyn.states],
+            "sync_multiplier_start": round(dyn.states[0].link.mult, 4),
+            "sync_added_ms": [round(1e3 * s.link.add, 3) for s in dyn.states],
             "events_at_sim_s": [round(s.at, 4) for s in dyn.states[1:]],
             "speed_traces": [bool(s) for s in dyn.traces.series]}
 

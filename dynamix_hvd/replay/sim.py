@@ -31,7 +31,7 @@ from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.replay.progress import ProgressModel
 from dynamix_hvd.replay.speeds import Fluctuation, SpeedTrace, cycle_speeds, draw_hardware
-from dynamix_hvd.replay.throughput import ThroughputModel
+from dynamix_hvd.replay.throughput import NO_LINK, Link, ThroughputModel
 from dynamix_hvd.state import RAW_WORKER_FIELDS
 from dynamix_hvd.stats import NoiseScaleEstimator
 
@@ -58,8 +58,7 @@ class Interval:
     tau: np.ndarray        # (C, N) per-chunk rank times
     lengths: np.ndarray    # (C,)
     step_mean: float
-    sync_mult: float = 1.0  # step-weighted mean multiplier of the sync time (a scenario's links)
-    sync_add: float = 0.0   # ... and step-weighted mean seconds added to it
+    link: Link = NO_LINK    # the links over the interval (step-weighted mean; a scenario's links)
 
 
 class ReplaySim:
@@ -71,7 +70,7 @@ class ReplaySim:
         self.max_global_batch: int | None = None   # the live hook's cap (set for a scenario), None: the traces' range
         self.dyn = dynamics      # replay.scenario.ScenarioDynamics: hardware, links, events in time
         self.caps = tuple(int(c) for c in caps) if caps is not None else (tp.cap,) * self.n
-        self.sync_mult, self.sync_add = 1.0, 0.0   # a scenario's links now (replay/scenario.py)
+        self.link = NO_LINK      # a scenario's links now (replay/scenario.py)
         self.scenario_info: dict[str, Any] | None = None   # set by runner.make_scenario_world
         self.fixed_speeds = None if speeds is None else cycle_speeds(speeds, self.n)
         self.base_batch = int(base_batch) if base_batch else default_base_batch(progress, tp, self.n)
@@ -115,7 +114,7 @@ class ReplaySim:
         rng = np.random.default_rng(seed)
         if self.dyn is not None:
             st = self.dyn.state_at(0.0)
-            self.hw, self.sync_mult, self.sync_add = st.hw.copy(), st.sync_mult, st.sync_add
+            self.hw, self.link = st.hw.copy(), st.link
         else:
             self.hw = self.fixed_speeds.copy() if self.fixed_speeds is not None else draw_hardware(self.n, rng)
         self.fluct = Fluctuation(self.trace, self.n, rng)
@@ -123,7 +122,7 @@ class ReplaySim:
         self.P, self.t, self.time, self.decisions = 0.0, 0, 0.0, 0
         self.reached = False
         b0 = np.full(self.n, self.base_batch)
-        step0 = float(self.tp.rank_times(self.hw, b0, self.sync_mult, self.sync_add).max())
+        step0 = float(self.tp.rank_times(self.hw, b0, self.link).max())
         self.budget_s = self.budget_factor * self.static_steps * step0
         self._gap = self._gap_at(0.0)
         self._phi_obs = math.nan
@@ -151,36 +150,35 @@ class ReplaySim:
         steps = int(min(self.interval_steps, max(1, steps_needed)))
         reached = steps_needed <= self.interval_steps
         lengths, F = self.fluct.chunks(t, steps)
-        smult, sadd = 1.0, 0.0
+        link = NO_LINK
         if self.dyn is None:
             tau = self.tp.rank_times(F * self.hw, b)
         else:
-            lengths, tau, smult, sadd = self._timeline(b, self.time if time is None else time, lengths, F)
+            lengths, tau, link = self._timeline(b, self.time if time is None else time, lengths, F)
         elapsed = float(lengths @ tau.max(axis=1))
         newP = float(self.K) if reached else ProgressModel.advance1(P, self._cum_list[B], steps * B)
-        return Interval(steps, elapsed, newP, reached, tau, lengths, elapsed / steps, smult, sadd)
+        return Interval(steps, elapsed, newP, reached, tau, lengths, elapsed / steps, link)
 
     def _timeline(self, b: np.ndarray, time0: float, lengths: np.ndarray, F: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, float, float]:
+                  ) -> tuple[np.ndarray, np.ndarray, Link]:
         """Chunks split where a scenario event's time falls (the step it falls in runs at the old
-        state): (lengths, (C, N) rank times, step-weighted mean sync multiplier and added sync)."""
+        state): (lengths, (C, N) rank times, the step-weighted mean link)."""
         dyn, T = self.dyn, time0
-        ls, taus, mults, adds = [], [], [], []
+        ls, taus, links = [], [], []
         for ell, f in zip(lengths.astype(int), F):
             while ell > 0:
                 st = dyn.state_at(T)
-                tau = self.tp.rank_times(f * st.hw, b, st.sync_mult, st.sync_add)
+                tau = self.tp.rank_times(f * st.hw, b, st.link)
                 d = float(tau.max())
                 nxt = dyn.next_change(T)
                 k = ell if T + ell * d < nxt else min(ell, max(1, math.ceil((nxt - T) / d - 1e-12)))
                 ls.append(float(k))
                 taus.append(tau)
-                mults.append(st.sync_mult)
-                adds.append(st.sync_add)
+                links.append(st.link)
                 T += k * d
                 ell -= k
         L = np.asarray(ls)
-        return L, np.asarray(taus), float(L @ np.asarray(mults) / L.sum()), float(L @ np.asarray(adds) / L.sum())
+        return L, np.asarray(taus), Link.mean(links, L)
 
     def step(self, sizes: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """Run and commit one interval; returns the raw per-rank measurements and the job stats."""
@@ -196,13 +194,13 @@ class ReplaySim:
         self.decisions += 1
         if self.dyn is not None:       # what the oracle's estimates start from
             st = self.dyn.state_at(self.time)
-            self.hw, self.sync_mult, self.sync_add = st.hw.copy(), st.sync_mult, st.sync_add
+            self.hw, self.link = st.hw.copy(), st.link
 
     def observe(self, b: np.ndarray, iv: Interval) -> dict[str, Any]:
         n = self.n
         z = self.noise.standard_normal(3 * n + 4)
         sig = self.tp.timing_sigma
-        sync = self.tp.sync_at(b) * iv.sync_mult + iv.sync_add
+        sync = iv.link.apply(self.tp.sync_at(b))
         mult = np.exp(sig * z[:3 * n])
         compute = (iv.lengths @ iv.tau) / iv.steps - sync
         raw = self._raw_template.copy()

@@ -54,6 +54,29 @@ def _on_grid(b: np.ndarray, v: np.ndarray, grid: np.ndarray, pool_b: np.ndarray,
     return out
 
 
+@dataclass(frozen=True)
+class Link:
+    """The links' effect on the measured sync time: ``mult`` x measured + ``add`` seconds (a
+    scenario's link changes, ``replay/scenario.py``: a captured workload adds the wire time it
+    did not measure, another workload's sync is scaled)."""
+
+    mult: float = 1.0
+    add: float = 0.0
+
+    def apply(self, sync: np.ndarray | float) -> np.ndarray | float:
+        return sync * self.mult + self.add
+
+    @staticmethod
+    def mean(links: "list[Link]", weights: np.ndarray) -> "Link":
+        """The weighted mean link (e.g. over an interval's chunks, weighted by their steps)."""
+        w = np.asarray(weights, dtype=float)
+        return Link(float(w @ np.array([x.mult for x in links]) / w.sum()),
+                    float(w @ np.array([x.add for x in links]) / w.sum()))
+
+
+NO_LINK = Link()
+
+
 @dataclass
 class ThroughputModel:
     """Compute and sync per local batch on a grid, for one world size."""
@@ -74,13 +97,12 @@ class ThroughputModel:
         h = np.asarray(h, dtype=float)
         return np.maximum.accumulate(h[..., None] * self.compute + self.sync, axis=-1)
 
-    def rank_times(self, h: np.ndarray, b: np.ndarray, sync_mult: float = 1.0, sync_add: float = 0.0) -> np.ndarray:
+    def rank_times(self, h: np.ndarray, b: np.ndarray, link: Link = NO_LINK) -> np.ndarray:
         """tau_i(b_i) for multipliers h (C, N) (or (N,)) and integer local batches b (N,); the sync
-        time is ``sync_mult`` x the measured one + ``sync_add`` seconds (a scenario's links,
-        ``replay/scenario.py``)."""
-        U = np.asarray(h, dtype=float)[..., None] * self.compute + (self.sync if sync_mult == 1.0 else sync_mult * self.sync)
-        if sync_add:
-            U = U + sync_add
+        time is the measured one under ``link``."""
+        U = np.asarray(h, dtype=float)[..., None] * self.compute + (self.sync if link.mult == 1.0 else link.mult * self.sync)
+        if link.add:
+            U = U + link.add
         b = np.asarray(b, dtype=np.int64)
         j, w = self.idx[b], self.w[b]
         r = self._ranks(b.size)

@@ -14,6 +14,7 @@ from dynamix_hvd.emulate.device import EmulatedDevice
 from dynamix_hvd.emulate.scenario import load_scenario
 from dynamix_hvd.replay.runner import make_scenario_world, make_world, run_controller, run_one
 from dynamix_hvd.replay.scenario import CAPTURE_FILE, gradient_bytes, ring_s
+from dynamix_hvd.replay.throughput import Link
 
 HEAD = """name = "rs"
 workload = "mnist1d_cnn"
@@ -44,7 +45,7 @@ def test_per_sample_costs_map_to_the_replays_hardware_factors(tmp_path: Path) ->
     # the live hook's global-batch range on the scenario: its workers' LR rule (none) holds B at B0
     assert sw.sim.max_global_batch == 128 and sw.sim.bounds().max_global_batch == 128
     ref.sim.max_global_batch = 128
-    assert sw.sim.hw.tolist() == [1.0, 1.0, 1.0, 4.0] and sw.sim.sync_mult == 1.0
+    assert sw.sim.hw.tolist() == [1.0, 1.0, 1.0, 4.0] and sw.sim.link.mult == 1.0
     for seed in (0, 1):
         for c in ("static", "goodput"):
             a, b = run_one(sw.sim, c, seed)["time_to_target_s"], run_one(ref.sim, c, seed)["time_to_target_s"]
@@ -99,11 +100,11 @@ def test_links_multiply_the_measured_sync(tmp_path: Path) -> None:
     ref = ring_s(nbytes, [sc.workers[0], sc.workers[0]])                 # uniform: 1000 Mbit/s, 0.05 ms
     m0 = ring_s(nbytes, sc.workers) / ref
     m1 = ring_s(nbytes, sc.workers_at(1.0)) / ref
-    assert sim.sync_mult == pytest.approx(m0) and m0 > 5 and m1 > 10 * m0 / 2
+    assert sim.link.mult == pytest.approx(m0) and m0 > 5 and m1 > 10 * m0 / 2
     b = np.array([32, 32])
     iv = sim.run_interval(b, time=2.0)
-    tau = sim.tp.rank_times(np.ones(2), b, m1)
-    assert iv.sync_mult == pytest.approx(m1)
+    tau = sim.tp.rank_times(np.ones(2), b, Link(m1))
+    assert iv.link.mult == pytest.approx(m1)
     assert iv.elapsed == pytest.approx(10 * tau.max())
     out = sim.observe(b, iv)                           # measured allreduce: the multiplied sync (+ noise)
     assert out["raw"][:, 5] == pytest.approx(sim.tp.sync_at(b) * m1, rel=0.3)
@@ -125,13 +126,13 @@ def test_links_add_their_wire_time_to_a_captured_sync(tmp_path: Path) -> None:
     nbytes = gradient_bytes(sc)
     sim = make_scenario_world(str(d), str(f), base_batch=32).sim
     sim.reset(0)
-    assert sim.sync_mult == 1.0 and sim.sync_add == 0.0          # the initial links are in the measurement
+    assert sim.link.mult == 1.0 and sim.link.add == 0.0          # the initial links are in the measurement
     add = ring_s(nbytes, sc.workers_at(1.0)) - ring_s(nbytes, sc.workers)
     assert add > 0.001
     b = np.array([32, 32])
     iv = sim.run_interval(b, time=2.0)
-    assert iv.sync_mult == 1.0 and iv.sync_add == pytest.approx(add)
-    tau = sim.tp.rank_times(np.ones(2), b, 1.0, add)
+    assert iv.link.mult == 1.0 and iv.link.add == pytest.approx(add)
+    tau = sim.tp.rank_times(np.ones(2), b, Link(1.0, add))
     assert iv.elapsed == pytest.approx(10 * tau.max())
     assert tau.max() == pytest.approx(sim.tp.rank_times(np.ones(2), b).max() + add)
     out = sim.observe(b, iv)                           # measured allreduce: the sync plus the added wire time
