@@ -62,6 +62,9 @@ VARIANTS = {
     # an optimizer proxy whose step() only forwards to Horovod's); no dynamix code runs
     "null hook": {"_null": True},
 }
+# an A/A control: the same settings under a second name, so one job shows how far two medians of
+# identical variants fall apart on this machine (the resolution of every other comparison)
+VARIANTS["all five off (A/A)"] = dict(VARIANTS["all five off"])
 _OFF = VARIANTS["all five off"]
 for _f in ("gns", "react", "oom_redo", "collector", "stall_timeout_s"):   # one feature on, the rest off
     VARIANTS[f"only {_f}"] = {k: v for k, v in _OFF.items() if k != _f}

@@ -31,7 +31,7 @@ from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, MIN_EXCESS, Z_MIN, SplitEvidence,  # noqa: F401
                                               rel_uncertainty, resplit_gain, split_evidence)
 from dynamix_hvd.controllers.model import ComputeModel
-from dynamix_hvd.controllers.split import equal_time_splits
+from dynamix_hvd.controllers.split import equal_time_splits, round_by_time
 from dynamix_hvd.perfmodel import efficiency_array, step_time
 from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState
@@ -139,16 +139,17 @@ class GoodputController(Controller):
         gns = (f"noise scale {phi:.0f} (rel. err {state.glob.noise_scale_rel_err:.2f})" if gns_ok else
                f"global batch held: noise scale not stable (rel. err {state.glob.noise_scale_rel_err:.2f})")
         if g_best < (1.0 + self.switch_gain) * g_now:
-            gain_split = resplit_gain(alpha, beta, current, b_now) if ev.act and B_now == float(current.sum()) else math.inf
+            b_int = self._integer(alpha, beta, b_now)
+            gain_split = resplit_gain(alpha, beta, current, b_int) if ev.act and B_now == float(current.sum()) else math.inf
             if gain_split < MIN_EXCESS:
                 self.last_reason = (f"keep split: {ev.reason}, but re-splitting gains "
                                     f"{gain_split:.0%} < {MIN_EXCESS:.0%}; {gns}; B {B_now:.0f} kept")
                 return current, float(current.sum())
             self.last_reason = f"{ev.reason}; {gns}; B {B_now:.0f} kept"
-            return self._integer(b_now), float(b_now.sum())
+            return b_int, float(b_now.sum())
         self.last_reason = (f"{ev.reason}; {gns}; B {B_now:.0f} -> {B_best:.0f}, predicted goodput "
                             f"{g_best / g_now - 1:+.0%} (the least within the noise scale's error)")
-        return self._integer(b_best), float(b_best.sum())
+        return self._integer(alpha, beta, b_best), float(b_best.sum())
 
     def _robust_gain(self, goodput: np.ndarray, i_now: int, alpha: np.ndarray, beta: np.ndarray,
                      cands: Sequence[float], comm: float, overlap: float, phi: float, b_ref: float,
@@ -164,10 +165,12 @@ class GoodputController(Controller):
                 gain = np.minimum(gain, g / g[i_now])
         return gain
 
-    def _integer(self, split: np.ndarray) -> np.ndarray:
+    def _integer(self, alpha: np.ndarray, beta: np.ndarray, split: np.ndarray) -> np.ndarray:
         """Integer sizes summing exactly to the split's rounded total (rounding each rank alone
-        drifted the global batch by a sample or two)."""
-        return np.asarray(split_global(int(round(float(split.sum()))), list(split), self.bounds), dtype=float)
+        drifted the global batch by a sample or two), rounded by predicted time (split.integer_split)."""
+        if not (np.isfinite(alpha).all() and np.isfinite(beta).all()):
+            return np.asarray(split_global(int(round(float(split.sum()))), list(split), self.bounds), dtype=float)
+        return round_by_time(split, alpha, beta, int(round(float(split.sum()))), self.bounds)
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict()}

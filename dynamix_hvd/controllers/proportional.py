@@ -21,8 +21,8 @@ import numpy as np
 from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.controllers.evidence import MIN_COMPUTE_S, Z_MIN, rel_uncertainty, resplit_gain, split_evidence
 from dynamix_hvd.controllers.model import ComputeModel
-from dynamix_hvd.controllers.split import equal_time_split
-from dynamix_hvd.plan import PlanBounds, split_global
+from dynamix_hvd.controllers.split import integer_split
+from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
 
@@ -55,11 +55,8 @@ class ProportionalController(Controller):
             self.last_reason = (f"keep split: predicted imbalance {pred.max() / pred.mean() - 1:.0%} "
                                 f"<= threshold {self.threshold:.0%}")
             return list(current)
-        total = float(current.sum())
-        cont = equal_time_split(alpha, beta, total, float(max(self.bounds.min_batch, 1)),
-                                np.asarray(self.bounds.max_batch, dtype=float))
-        # integer sizes summing exactly to the current global batch (largest remainder)
-        new = np.asarray(split_global(int(round(total)), list(cont), self.bounds), dtype=float)
+        # integer sizes summing exactly to the current global batch, rounded by predicted time
+        new = integer_split(alpha, beta, int(round(float(current.sum()))), self.bounds)
         # move only for a predicted gain in the slowest rank's time: when compute barely depends
         # on b (fixed-cost dominated) a noisy fit would otherwise shift many samples for nothing
         after = (alpha + beta * new).max()

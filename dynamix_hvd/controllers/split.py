@@ -4,9 +4,12 @@ controllers, the PPO anchor, the live reward and the simulator, beside the compu
 (model.py) whose fits they split by."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from dynamix_hvd.plan import PlanBounds
 
 
 def equal_time_split(alpha: np.ndarray, beta: np.ndarray, total: float, lo: float, hi: np.ndarray) -> np.ndarray:
@@ -62,3 +65,51 @@ def _split_sums(alpha: np.ndarray, inv: np.ndarray, lo: float, hi: np.ndarray, T
     above = T * c1_inv[k1] - c1_ai[k1] - lo * k1          # sum of ((T - alpha) inv - lo) over them
     capped = T * c2_inv[k2] - c2_ai[k2] - c2_hi[k2]       # sum of ((T - alpha) inv - hi) over them
     return lo * alpha.size + above - capped
+
+
+def integer_split(alpha: np.ndarray, beta: np.ndarray, total: int, bounds: "PlanBounds") -> np.ndarray:
+    """The equal-time split of the integer ``total`` in integers (``round_by_time`` of the
+    continuous ``equal_time_split``): within the bounds, the slowest rank's predicted compute
+    time ``alpha_i + beta_i b_i`` as small as integers allow."""
+    lo = float(max(int(bounds.min_batch), 1))
+    cont = equal_time_split(alpha, beta, float(total), lo, np.asarray(bounds.max_batch, dtype=float))
+    return round_by_time(cont, alpha, beta, total, bounds)
+
+
+def round_by_time(split: np.ndarray, alpha: np.ndarray, beta: np.ndarray, total: int,
+                  bounds: "PlanBounds") -> np.ndarray:
+    """Integer local batches summing to ``total`` (multiples of ``bounds.quantum`` where the total
+    allows) within the bounds, near the continuous ``split``: each rank rounded down, then each
+    rank left short takes at most one more quantum (then one more sample), given to the ranks
+    whose predicted time ``alpha_i + beta_i b_i`` after taking it is the smallest.
+
+    Rounding by the largest remainder instead treats a sample as the same cost on every rank: on
+    hetero16 (2 and 8 ms per sample, 3-14 samples per rank) it gave a slow rank a fourth sample
+    (+8 ms) and took one from a fast rank (-2 ms), an 8% imbalance that the 10% worth a plan
+    change then kept for the whole run. Pure; float array (the controllers' proposal type)."""
+    alpha, beta = np.asarray(alpha, dtype=float), np.asarray(beta, dtype=float)
+    n, q = alpha.size, int(bounds.quantum)
+    lo_b = max(int(bounds.min_batch), 1)
+    hi = np.asarray(bounds.max_batch, dtype=np.int64)
+    total = int(min(max(int(total), lo_b * n), int(hi.sum())))
+    b = np.clip((np.floor(np.asarray(split, dtype=float) / q + 1e-9) * q).astype(np.int64), lo_b, hi)
+    for step in ((q, 1) if q > 1 else (1,)):
+        deficit = total - int(b.sum())
+        if deficit >= step:
+            ok = b + step <= hi
+            k = min(deficit // step, int(ok.sum()))
+            if k > 0:
+                t = np.where(ok, alpha + beta * (b + step), np.inf)
+                pick = np.argpartition(t, k - 1)[:k] if k < n else np.flatnonzero(ok)
+                b[pick] += step
+    while int(b.sum()) > total:          # the floors of the bounds took more than the total
+        ok = b - 1 >= lo_b
+        if not ok.any():
+            break
+        b[int(np.argmax(np.where(ok, alpha + beta * b, -np.inf)))] -= 1
+    while int(b.sum()) < total:          # a remainder no single pass placed (several ranks capped)
+        ok = b + 1 <= hi
+        if not ok.any():
+            break
+        b[int(np.argmin(np.where(ok, alpha + beta * (b + 1), np.inf)))] += 1
+    return b.astype(float)

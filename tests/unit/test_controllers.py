@@ -220,6 +220,44 @@ def test_a_narrow_size_spread_does_not_identify_the_fixed_cost():
     assert worst < 1.3, worst
 
 
+def test_integer_split_is_the_best_integer_split():
+    """split.integer_split: integers summing to the total within the bounds whose slowest predicted
+    time is the least of every integer split (brute force over 3 ranks); rounding the continuous
+    split by the largest remainder (plan.split_global) is worse on some of the same cases."""
+    from itertools import product
+
+    from dynamix_hvd.controllers.split import integer_split
+    from dynamix_hvd.plan import split_global
+    rng = np.random.default_rng(7)
+    worse = 0
+    for _ in range(150):
+        alpha = rng.uniform(0, 0.03, 3) * (rng.random(3) < 0.7)
+        beta = rng.uniform(1e-3, 8e-3, 3)
+        caps = tuple(int(c) for c in rng.integers(3, 25, 3))
+        lo = int(rng.integers(1, 3))
+        bounds = PlanBounds(max_batch=caps, min_batch=lo)
+        total = int(rng.integers(3 * lo, sum(caps) + 1))
+        got = integer_split(alpha, beta, total, bounds)
+        assert got.sum() == total and np.all(got >= lo) and np.all(got <= np.array(caps))
+        assert np.all(got == np.round(got))
+        best = min(float(np.max(alpha + beta * np.array(b))) for b in product(*(range(lo, c + 1) for c in caps[:2]))
+                   if lo <= total - sum(b) <= caps[2] for b in [(*b, total - sum(b))])
+        assert float(np.max(alpha + beta * got)) == pytest.approx(best, abs=1e-12)
+        cont = equal_time_split(alpha, beta, float(total), float(lo), np.array(caps, dtype=float))
+        lr = np.array(split_global(total, list(cont), bounds), dtype=float)
+        worse += float(np.max(alpha + beta * lr)) > best + 1e-12
+    assert worse > 0
+
+
+def test_integer_split_keeps_the_quantum_where_the_total_allows():
+    from dynamix_hvd.controllers.split import integer_split
+    alpha, beta = np.full(4, 0.02), np.array([2e-3, 2e-3, 4e-3, 8e-3])
+    got = integer_split(alpha, beta, 64, PlanBounds(max_batch=(256,) * 4, min_batch=8, quantum=8))
+    assert got.sum() == 64 and np.all(got % 8 == 0) and got[0] >= got[2] >= got[3]
+    odd = integer_split(alpha, beta, 67, PlanBounds(max_batch=(256,) * 4, min_batch=8, quantum=8))
+    assert odd.sum() == 67
+
+
 def test_equal_time_splits_balance_within_bounds():
     from dynamix_hvd.controllers.split import equal_time_split, equal_time_splits
     rng = np.random.default_rng(3)

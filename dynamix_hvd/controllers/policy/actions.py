@@ -31,7 +31,7 @@ import numpy as np
 from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, MIN_EXCESS, Z_MIN, SplitEvidence, rel_uncertainty,
                                               resplit_gain, split_evidence)
 from dynamix_hvd.controllers.model import ComputeModel
-from dynamix_hvd.controllers.split import equal_time_split
+from dynamix_hvd.controllers.split import integer_split
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
@@ -112,8 +112,7 @@ class BalancedAnchor:
         if alpha.size != b.size or not (np.isfinite(alpha).all() and np.isfinite(beta).all()) or \
                 (self.evidence is not None and not self.evidence.act):
             return b * (target / b.sum())
-        new = equal_time_split(alpha, beta, float(target), float(max(bounds.min_batch, 1)),
-                               np.asarray(bounds.max_batch, dtype=np.float64))
+        new = integer_split(alpha, beta, int(round(float(target))), bounds)
         if abs(target - b.sum()) < 0.5 and resplit_gain(alpha, beta, b, new) < MIN_EXCESS:
             return b            # the same global batch and a re-split not worth a plan change
         return new
