@@ -167,7 +167,7 @@ class GoodputController(Controller):
 
     def _integer(self, alpha: np.ndarray, beta: np.ndarray, split: np.ndarray) -> np.ndarray:
         """Integer sizes summing exactly to the split's rounded total (rounding each rank alone
-        drifted the global batch by a sample or two), rounded by predicted time (split.integer_split)."""
+        drifted the global batch by a sample or two), rounded by predicted time (split.round_by_time)."""
         if not (np.isfinite(alpha).all() and np.isfinite(beta).all()):
             return np.asarray(split_global(int(round(float(split.sum()))), list(split), self.bounds), dtype=float)
         return round_by_time(split, alpha, beta, int(round(float(split.sum()))), self.bounds)
