@@ -100,9 +100,7 @@ class ThroughputModel:
     def rank_times(self, h: np.ndarray, b: np.ndarray, link: Link = NO_LINK) -> np.ndarray:
         """tau_i(b_i) for multipliers h (C, N) (or (N,)) and integer local batches b (N,); the sync
         time is the measured one under ``link``."""
-        U = np.asarray(h, dtype=float)[..., None] * self.compute + (self.sync if link.mult == 1.0 else link.mult * self.sync)
-        if link.add:
-            U = U + link.add
+        U = np.asarray(h, dtype=float)[..., None] * self.compute + (self.sync if link == NO_LINK else link.apply(self.sync))
         b = np.asarray(b, dtype=np.int64)
         j, w = self.idx[b], self.w[b]
         r = self._ranks(b.size)
