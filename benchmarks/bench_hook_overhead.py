@@ -61,6 +61,11 @@ VARIANTS = {
     # not the hook: the floor of any hook with its loop shape (a generator of numpy index arrays,
     # an optimizer proxy whose step() only forwards to Horovod's); no dynamix code runs
     "null hook": {"_null": True},
+    # the null hook plus a busy wait of that many microseconds after each update (where the hook
+    # does its step bookkeeping): how this machine turns a given per-step cost into steps/s
+    "null hook +25us": {"_null": True, "_delay_us": 25},
+    "null hook +50us": {"_null": True, "_delay_us": 50},
+    "null hook +100us": {"_null": True, "_delay_us": 100},
 }
 # an A/A control: the same settings under a second name, so one job shows how far two medians of
 # identical variants fall apart on this machine (the resolution of every other comparison)
@@ -116,7 +121,8 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
             dopt.step()
         dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
     elif VARIANTS[variant].get("_null"):
-        dopt = _Proxy(hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average))
+        dopt = _Proxy(hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average),
+                      VARIANTS[variant].get("_delay_us", 0))
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(1)).numpy()
         s, t0, c0 = 0, 0.0, 0.0
@@ -186,13 +192,20 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
 
 
 class _Proxy:
-    """The "null hook" variant's optimizer: step() forwards, everything else is Horovod's."""
+    """The "null hook" variants' optimizer: step() forwards (then busy-waits ``delay_us``), everything
+    else is Horovod's."""
 
-    def __init__(self, inner) -> None:  # noqa: ANN001
+    def __init__(self, inner, delay_us: float = 0) -> None:  # noqa: ANN001
         self._inner = inner
+        self._delay = delay_us * 1e-6
 
     def step(self, closure=None):  # noqa: ANN001, ANN201
-        return self._inner.step(closure)
+        out = self._inner.step(closure)
+        if self._delay:
+            end = time.perf_counter() + self._delay
+            while time.perf_counter() < end:
+                pass
+        return out
 
     def __getattr__(self, name: str):  # noqa: ANN204
         return getattr(self._inner, name)
