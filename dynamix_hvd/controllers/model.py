@@ -85,6 +85,7 @@ class ComputeModel:
         self.resets = 0
         self._fit: tuple[np.ndarray, np.ndarray] | None = None   # fit() of the current history
         self._rank_fits: list[tuple[float, float] | None] = []   # _fit_rank(i) of rank i's history, or None
+        self._all_points: tuple[np.ndarray, np.ndarray] | None = None   # every rank's points, counts
 
     def add(self, sizes: Sequence[float], times: Sequence[float], changed: Sequence[int] | None = None,
             rel_se: Sequence[float] | None = None) -> None:
@@ -96,7 +97,7 @@ class ComputeModel:
         ``rel_se[i]``: the relative standard error of ``times[i]``; the fit weights the
         observation by ``precision_weight`` of it (equal weights without), and a deviation
         within three combined standard errors is noise, not a change."""
-        self._fit = None
+        self._fit = self._all_points = None
         if len(self.obs) != len(sizes):
             self.obs = [deque(maxlen=self.history) for _ in sizes]
             self.pending = [None] * len(sizes)
@@ -129,6 +130,7 @@ class ComputeModel:
                 self.pending[i] = None
                 d.append(pt)
                 self._rank_fits[i] = None
+        self._all_points = None
 
     def add_state(self, state: "ClusterState") -> None:
         """``add`` for one decision's state: the plan's sizes, each rank's compute time and
@@ -144,6 +146,7 @@ class ComputeModel:
         self.prior[i] = (alpha, beta) if math.isfinite(alpha) and alpha > 0 and beta > 0 else None
         self.obs[i].clear()
         self.obs[i].extend(points)
+        self._all_points = None
         self._rank_fits[i] = None
         self.resets += 1
         self.pending[i] = None
@@ -370,9 +373,19 @@ class ComputeModel:
             self._rank_fits[i] = next(out) if h else (math.nan, math.nan)
 
     def _points(self, ranks: list[int], total: int) -> np.ndarray:
-        """The (b, t, rel. error) points of ``ranks`` laid end to end, (total, 3) floats."""
-        flat = chain.from_iterable(chain.from_iterable(self.obs[i] for i in ranks))
-        return np.fromiter(flat, dtype=float, count=3 * total).reshape(-1, 3)
+        """The (b, t, rel. error) points of ``ranks`` (ascending) laid end to end, (total, 3)
+        floats: a selection from every rank's points, built once per change of the histories (a
+        decision reads them up to four times: change test, batch fit, pooling, scatter)."""
+        if self._all_points is None:
+            counts = np.array([len(d) for d in self.obs], dtype=int)
+            flat = chain.from_iterable(chain.from_iterable(self.obs))
+            self._all_points = (np.fromiter(flat, dtype=float, count=3 * int(counts.sum())).reshape(-1, 3), counts)
+        pts, counts = self._all_points
+        if len(ranks) == len(counts):
+            return pts
+        keep = np.zeros(len(counts), dtype=bool)
+        keep[ranks] = True
+        return pts[np.repeat(keep, counts)]
 
     def fit_scatter(self) -> np.ndarray:
         """Per rank: the scatter of its interval means around its own fit, as a relative standard
@@ -415,7 +428,7 @@ class ComputeModel:
                 "pending": [None if p is None else [p[0], list(p[1])] for p in self.pending], "resets": self.resets}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._fit = None
+        self._fit = self._all_points = None
         # (b, t) pairs of a checkpoint from before the weights: equal weights
         self.obs = [deque((_triple(p) for p in d), maxlen=self.history) for d in state.get("obs", [])]
         self.pending = [None if p is None else (int(p[0]), _triple(p[1]))
