@@ -642,7 +642,7 @@ def test_compute_model_pooling_keeps_kinds_of_hardware_apart():
     # two kinds (2 and 8 ms/sample, 20 ms fixed), noise-free: each group's pooled curve is its
     # own truth, and the kinds do not mix
     from dynamix_hvd.controllers.model import ComputeModel
-    m = ComputeModel(history=16)
+    m = ComputeModel(history=16, pool=True)
     for sizes in ([8] * 6, [12, 11, 12, 4, 4, 5], [13, 12, 12, 3, 4, 3]):
         per = [2e-3] * 3 + [8e-3] * 3
         m.add(sizes, [0.020 + p * b for p, b in zip(per, sizes)])
@@ -664,7 +664,7 @@ def test_compute_model_pooling_equals_its_definition():
     checked = 0
     for trial in range(12):
         n = int(rng.integers(2, 40))
-        a = ComputeModel(history=int(rng.integers(2, 17)))
+        a = ComputeModel(history=int(rng.integers(2, 17)), pool=True)
         u = Unpooled(history=a.history)
         for sizes, times, rel, changed in _random_intervals(rng, n, 12, 0.2, 0.4, 0.03, 0.1):
             for m in (a, u):
