@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 BATCH_FIT_MIN = 32       # stale ranks from which ComputeModel refits them in one numpy pass
 POOL_TOL = 0.15          # ranks whose times agree within this share (carried to one size) pool their shape
 POOL_TOL_MAX = 0.30      # ... or within 3 standard errors of their latest time, up to this share
+POOL_ITERS = 8           # alternations of the pooled fit (group shape, rank levels)
 
 
 def _triple(p: Sequence[float]) -> tuple[float, float, float]:
@@ -78,9 +79,8 @@ class ComputeModel:
         if not change_tol > 0:
             raise ValueError(f"change_tol={change_tol}: must be > 0")
         self.history, self.change_tol = int(history), float(change_tol)
-        # ranks that measure alike share the shape of their fit (``_pooled``); off by default: live
-        # on hetero8 (session 17) it pooled a 2.0 and a 2.5 ms/sample rank, their level difference
-        # read as a flat shape, and the second got 7 samples instead of 10-11 (1.16x at 92%)
+        # ranks that measure alike share the shape of their fit (``_pooled``); off by default until
+        # its per-rank-level version is measured live (the first version: 1.16x on hetero8)
         self.pool = bool(pool)
         self.obs: list[deque] = []
         self.pending: list = []    # per rank: (sign, (b, t, weight)) of an unconfirmed deviation, or None
@@ -249,19 +249,21 @@ class ComputeModel:
         rank (the seed) when its latest time, carried along its own fit to the seed's latest
         size, is within ``POOL_TOL`` of the seed's (or three standard errors of either's latest
         time, up to ``POOL_TOL_MAX``); otherwise it seeds the next group. The
-        group's points, all ranks together, are fitted by one affine curve; when they identify
-        a fixed cost, each member's fit becomes that curve scaled to its own points
-        (``fit_scaled``). Live (hetero16, session 16), four ranks of one kind had each been fitted
-        from two sizes a sample or two apart: two were identified (about 20 ms + 2.4 ms/sample),
-        two not (time taken as proportional to the batch, 4.4 ms/sample), so ranks of the same
-        hardware got 11 and 16 samples and the 8% imbalance stayed below the 10% worth a plan
-        change. Pooled, the group sees four or more sizes (live: the fast group within one sample
-        in all 6 runs, PPO 0.99x of proportional at worst). Known defect, why ``pool`` is off by
-        default: ranks of different hardware whose carried times agree (large fixed costs) are
-        pooled too, and one curve through their points reads their level difference as a flat
-        shape (hetero8, session 17: a 2.0 and a 2.5 ms/sample rank pooled, the second fitted at
-        25 ms + 1.2 ms/sample and given 7 samples instead of 10-11). The fix is a per-rank level in
-        the group's fit (t = s_i (alpha + beta b), the shape from within-rank variation): not done.
+        group's shape, t = s_i (fixed + slope b) with a level s_i per rank, is fitted by alternating
+        least squares (``POOL_ITERS`` rounds: the shape through every member's points divided by its
+        level, then each level scaled to the rank's points as ``fit_scaled`` does), so that the
+        shape comes from the variation within each rank, not from the levels' differences; a group
+        is fitted when one of its ranks alone saw sizes spread enough to identify a fixed cost
+        (``identified``), and each member's fit becomes s_i (fixed, slope). Live (hetero16, session
+        16), four ranks of one kind had each been fitted from two sizes a sample or two apart: two
+        were identified (about 20 ms + 2.4 ms/sample), two not (time taken as proportional to the
+        batch, 4.4 ms/sample), so ranks of the same hardware got 11 and 16 samples and the 8%
+        imbalance stayed below the 10% worth a plan change. A first version fitted one curve
+        through the group's points without levels: hetero16 then ended within one sample in all 6
+        runs (PPO 0.99x of proportional at worst), but on hetero8 it pooled a 2.0 and a 2.5
+        ms/sample rank, read their difference in level as a flat shape (the second fitted at 25 ms
+        + 1.2 ms/sample, given 7 samples instead of 10-11; 16.8 + 1.76 with levels). ``pool`` is off
+        by default until this version is measured live.
         One numpy pass over all ranks' points (the grouping walk is O(N) Python)."""
         counts = np.array([len(d) for d in self.obs], dtype=int)
         ok = (counts > 0) & np.isfinite(alpha) & np.isfinite(beta) & (beta > 0)
@@ -298,20 +300,27 @@ class ComputeModel:
         def per_group(x: np.ndarray) -> np.ndarray:
             return np.bincount(pg, weights=x, minlength=n_groups)
 
+        def per_rank(x: np.ndarray) -> np.ndarray:
+            return np.bincount(pr, weights=x, minlength=idx.size)
+
+        starts = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+        own = (np.maximum.reduceat(b, starts) - np.minimum.reduceat(b, starts)) > IDENTIFY_SPREAD * per_rank(b) / cnt
+        scale = np.ones(idx.size)
         with np.errstate(divide="ignore", invalid="ignore"):
-            sw = per_group(w)
-            bm, tm = per_group(w * b) / sw, per_group(w * t) / sw
-            db, dt = b - bm[pg], t - tm[pg]
-            slope = per_group(w * db * dt) / per_group(w * db * db)
-            fixed = tm - slope * bm
-            hi, lo = np.full(n_groups, -np.inf), np.full(n_groups, np.inf)
-            np.maximum.at(hi, pg, b)
-            np.minimum.at(lo, pg, b)
-            mean_b = per_group(b) / np.bincount(pg, minlength=n_groups)
-            shared = (members >= 2) & (hi - lo > IDENTIFY_SPREAD * mean_b) & (slope > 0) & (fixed > 0)
-            pred = fixed[pg] + slope[pg] * b
-            scale = (np.bincount(pr, weights=w * pred * t, minlength=idx.size)
-                     / np.bincount(pr, weights=w * pred * pred, minlength=idx.size))
+            for _ in range(POOL_ITERS):
+                # the shape given each rank's level: t / s_i = fixed + slope b, residuals weighted w s_i^2
+                sp = scale[pr]
+                y, ws = t / sp, w * sp * sp
+                sw = per_group(ws)
+                bm, ym = per_group(ws * b) / sw, per_group(ws * y) / sw
+                db = b - bm[pg]
+                slope = per_group(ws * db * (y - ym[pg])) / per_group(ws * db * db)
+                fixed = ym - slope * bm
+                # each rank's level given the shape
+                pred = fixed[pg] + slope[pg] * b
+                scale = per_rank(w * pred * t) / per_rank(w * pred * pred)
+            shared = ((members >= 2) & (np.bincount(group, weights=own.astype(float), minlength=n_groups) > 0)
+                      & (slope > 0) & (fixed > 0))
         use = shared[group] & np.isfinite(scale) & (scale > 0)
         if use.any():
             alpha, beta = alpha.copy(), beta.copy()

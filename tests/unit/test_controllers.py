@@ -573,10 +573,11 @@ def test_change_test_equals_its_per_rank_definition():
 
 
 def _pooled_by_definition(m, alpha, beta):
-    """ComputeModel._pooled in plain Python: the grouping walk, then fit_affine over each group's
-    points and fit_scaled of that curve to each member's own points."""
-    from dynamix_hvd.controllers.affine import fit_affine, fit_scaled, identified, precision_weight
-    from dynamix_hvd.controllers.model import POOL_TOL, POOL_TOL_MAX
+    """ComputeModel._pooled in plain Python: the grouping walk, then per group with a member
+    identified by its own sizes: alternately the shape (fixed + slope b) through every member's
+    points divided by its level, and each member's level (fit_scaled of the shape to its points)."""
+    from dynamix_hvd.controllers.affine import fit_scaled, identified, precision_weight
+    from dynamix_hvd.controllers.model import POOL_ITERS, POOL_TOL, POOL_TOL_MAX
     alpha, beta = alpha.copy(), beta.copy()
     idx = [i for i, d in enumerate(m.obs) if d and np.isfinite(alpha[i]) and np.isfinite(beta[i]) and beta[i] > 0]
     if len(idx) < 2:
@@ -599,17 +600,23 @@ def _pooled_by_definition(m, alpha, beta):
         else:
             groups[-1].append(i)
     for g in groups:
-        pts = [p for i in g for p in m.obs[i]]
-        bs = [p[0] for p in pts]
-        if len(g) < 2 or not identified(bs):
+        if len(g) < 2 or not any(identified([p[0] for p in m.obs[i]]) for i in g):
             continue
-        a, b = fit_affine(bs, [p[1] for p in pts], [precision_weight(p[2]) for p in pts])
-        if not (a > 0 and b > 0):
+        level = {i: 1.0 for i in g}
+        for _ in range(POOL_ITERS):           # shape given the levels, then the levels given the shape
+            pts = [(p[0], p[1] / level[i], precision_weight(p[2]) * level[i] ** 2) for i in g for p in m.obs[i]]
+            sw = sum(w for _, _, w in pts)
+            bm, ym = sum(w * x for x, _, w in pts) / sw, sum(w * y for _, y, w in pts) / sw
+            slope = (sum(w * (x - bm) * (y - ym) for x, y, w in pts) / sum(w * (x - bm) ** 2 for x, _, w in pts))
+            fixed = ym - slope * bm
+            for i in g:
+                own = m.obs[i]
+                level[i] = fit_scaled((fixed, slope), [p[0] for p in own], [p[1] for p in own],
+                                      [precision_weight(p[2]) for p in own])[1] / slope
+        if not (slope > 0 and fixed > 0):
             continue
         for i in g:
-            own = m.obs[i]
-            alpha[i], beta[i] = fit_scaled((a, b), [p[0] for p in own], [p[1] for p in own],
-                                           [precision_weight(p[2]) for p in own])
+            alpha[i], beta[i] = level[i] * fixed, level[i] * slope
     return alpha, beta
 
 
@@ -675,3 +682,24 @@ def test_compute_model_pooling_equals_its_definition():
                 np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
             checked += int(np.any(got[1] != raw[1]))
     assert checked > 10          # pooling changed the fit in many of the checked intervals
+
+
+def test_compute_model_pooling_keeps_each_ranks_level_out_of_the_shape():
+    # session 17, hetero8 live (ppo, first two decisions): ranks 4 and 5 (2.0 and 2.5 ms/sample)
+    # measure alike at the equal-time split and are pooled; one curve through both ranks' points
+    # read their difference in level as a flat shape (rank 5 at 25 ms + 1.2 ms/sample, 7 samples
+    # instead of 10-11). With a level per rank the shape comes from each rank's own variation.
+    from dynamix_hvd.controllers.model import ComputeModel
+    from dynamix_hvd.controllers.split import integer_split
+
+    def fitted(pool):
+        m = ComputeModel(history=16, pool=pool)
+        m.add([16] * 8, [0.02171, 0.02209, 0.02892, 0.02917, 0.03711, 0.04512, 0.0533, 0.06933],
+              rel_se=[0.0121, 0.0292, 0.0067, 0.0087, 0.0055, 0.0041, 0.0048, 0.0034])
+        m.add([24, 24, 18, 18, 14, 12, 10, 8], [0.0299, 0.02952, 0.03354, 0.0321, 0.03706, 0.03728, 0.0378, 0.03864],
+              rel_se=[0.0181, 0.0138, 0.0164, 0.011, 0.0374, 0.0268, 0.0312, 0.0254])
+        return m.fit()
+    bounds = PlanBounds(max_batch=(256,) * 8, min_batch=1, deadband=0.0)
+    alone, pooled = fitted(False), fitted(True)
+    assert pooled[0][5] < 0.020 and pooled[1][5] > 1.5e-3, pooled          # not the flat shape
+    assert np.abs(integer_split(*pooled, 128, bounds) - integer_split(*alone, 128, bounds)).max() <= 1
