@@ -56,6 +56,13 @@ POOL_TOL_MAX = 0.30      # ... or within 3 standard errors of their latest time,
 POOL_ITERS = 8           # alternations of the pooled fit (group shape, rank levels)
 
 
+def _identified_runs(b: np.ndarray, starts: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """``affine.identified`` of each run of sizes ``b[starts[k]:starts[k] + cnt[k]]`` (every run
+    non-empty), in one numpy pass."""
+    spread = np.maximum.reduceat(b, starts) - np.minimum.reduceat(b, starts)
+    return (cnt >= 2) & (spread > IDENTIFY_SPREAD * (np.add.reduceat(b, starts) / cnt))
+
+
 def _triple(p: Sequence[float]) -> tuple[float, float, float]:
     """A stored observation as (b, t, relative standard error); (b, t) from an older checkpoint
     gets an unknown (NaN) error."""
@@ -178,7 +185,7 @@ class ComputeModel:
         if len(stale) >= BATCH_FIT_MIN:
             self._batch_fit(stale)
         cnt = counts[have]
-        pts = self._points(have.tolist(), int(cnt.sum()))
+        pts = self._points(have.tolist())
         m, H = have.size, int(cnt.max())
         row = np.repeat(np.arange(m), cnt)
         col = np.arange(pts.shape[0]) - np.repeat(np.concatenate(([0], np.cumsum(cnt)[:-1])), cnt)
@@ -288,7 +295,7 @@ class ComputeModel:
         if members.max() < 2:
             return alpha, beta
         cnt = counts[idx]
-        pts = self._points(idx.tolist(), int(cnt.sum()))
+        pts = self._points(idx.tolist())
         b, t, r = pts[:, 0], pts[:, 1], pts[:, 2]
         if not (np.isfinite(b).all() and np.isfinite(t).all() and (b > 0).all() and (t > 0).all()):
             return alpha, beta          # (points a checkpoint brought in unchecked)
@@ -304,7 +311,7 @@ class ComputeModel:
             return np.bincount(pr, weights=x, minlength=idx.size)
 
         starts = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-        own = (np.maximum.reduceat(b, starts) - np.minimum.reduceat(b, starts)) > IDENTIFY_SPREAD * per_rank(b) / cnt
+        own = _identified_runs(b, starts, cnt)
         scale = np.ones(idx.size)
         with np.errstate(divide="ignore", invalid="ignore"):
             for _ in range(POOL_ITERS):
@@ -351,7 +358,7 @@ class ComputeModel:
         have = counts > 0
         if not have.any():
             return
-        pts = self._points(ranks, int(counts.sum()))
+        pts = self._points(ranks)
         b, t, r = pts[:, 0], pts[:, 1], pts[:, 2]
         if not (np.isfinite(b).all() and np.isfinite(t).all() and (b > 0).all() and (t > 0).all()):
             return                      # (points a checkpoint brought in unchecked: the per-rank path)
@@ -370,8 +377,7 @@ class ComputeModel:
         with np.errstate(divide="ignore", invalid="ignore"):
             beta = seg(w * db * dt) / seg(w * db * db)
         alpha = tm - beta * bm
-        spread = np.maximum.reduceat(b, starts) - np.minimum.reduceat(b, starts)
-        ident = (cnt >= 2) & (spread > IDENTIFY_SPREAD * (seg(b) / cnt))
+        ident = _identified_runs(b, starts, cnt)
         through0 = seg(w * b * t) / seg(w * b * b)
         ratio = seg(w * t / b) / sw
         a_out = np.where(ident & (beta > 0) & (alpha >= 0), alpha, 0.0)
@@ -390,8 +396,8 @@ class ComputeModel:
         for i, h in zip(ranks, have):
             self._rank_fits[i] = next(out) if h else (math.nan, math.nan)
 
-    def _points(self, ranks: list[int], total: int) -> np.ndarray:
-        """The (b, t, rel. error) points of ``ranks`` (ascending) laid end to end, (total, 3)
+    def _points(self, ranks: list[int]) -> np.ndarray:
+        """The (b, t, rel. error) points of ``ranks`` (ascending) laid end to end, (points, 3)
         floats: a selection from every rank's points, built once per change of the histories (a
         decision reads them up to four times: change test, batch fit, pooling, scatter)."""
         if self._all_points is None:
@@ -419,7 +425,7 @@ class ComputeModel:
             return out
         fits = np.array([self._fit_rank(int(i)) for i in many], dtype=float)
         cnt = counts[many]
-        pts = self._points(many.tolist(), int(cnt.sum()))
+        pts = self._points(many.tolist())
         a, b = np.repeat(fits[:, 0], cnt), np.repeat(fits[:, 1], cnt)
         with np.errstate(divide="ignore", invalid="ignore"):
             pred = a + b * pts[:, 0]
