@@ -87,20 +87,27 @@ class StepFlags:
 class FlagProbe:
     """One gradient element that carries the step's flags (see the module docstring). On a CPU
     tensor the element is read and written through a numpy view (about 1 us, against 2-3 us
-    for each tensor indexing op, and three such ops per step); on a GPU through tensor ops
-    (asynchronous until ``raised`` reads the reduced element back)."""
+    for each tensor indexing op), made once per step in ``compressing`` and read again by
+    ``raised`` when the reduced gradient is the same tensor on the same storage (Horovod reduces
+    it in place without a compression; fp16's decompression gives it a new storage); on
+    a GPU through tensor ops (asynchronous until ``raised`` reads the reduced element back)."""
 
     def __init__(self, param: torch.nn.Parameter) -> None:
         self.param = param
         self.sent = False                          # its gradient was handed to Horovod in this step
         self._index = (0,) * param.dim()           # its first element, whatever the strides
         self._saved: torch.Tensor | float | None = None   # that element before the allreduce
+        self._tensor: torch.Tensor | None = None   # the gradient handed over, and its numpy view
+        self._view: np.ndarray | None = None
+        self._ptr = 0
 
     def reset(self) -> None:
         self.sent = False
 
     def _host(self, t: torch.Tensor) -> np.ndarray | None:
         """A numpy view of a CPU tensor with a numpy dtype (None: use tensor ops)."""
+        if t is self._tensor and t.data_ptr() == self._ptr:   # (fp16: Horovod set_()s a new storage)
+            return self._view
         if t.is_cpu and t.dtype in _NUMPY_FLOATS:
             return (t.detach() if t.requires_grad else t).numpy()
         return None
@@ -108,7 +115,9 @@ class FlagProbe:
     def compressing(self, tensor: torch.Tensor, flag: bool) -> None:
         """The probe's gradient, weighted, is about to be reduced: keep the element (a copy on
         the tensor's device, no synchronisation) and poison it when this rank has a flag."""
-        host = self._host(tensor)
+        self._tensor = None
+        host = self._view = self._host(tensor)
+        self._tensor, self._ptr = tensor, tensor.data_ptr()
         if host is not None:
             self._saved = float(host[self._index])
             if flag:
@@ -137,6 +146,25 @@ class FlagProbe:
         self.param.grad[self._index] = total / len(values) if average else total
 
 
+class ProbeOnly:
+    """Horovod's compression on a step with nothing to weigh or sample (uniform plan, averaged
+    by Horovod; no gradient statistics) but flags to carry: the probe's element only, then the
+    user's compression. ``Weighting.for_step`` installs it (or the user's compression itself
+    when there are no flags to carry either) instead of the whole ``Weighting``."""
+
+    def __init__(self, inner: Any, probe: FlagProbe, flagged: Callable[[], bool]) -> None:
+        self.inner, self.probe, self.flagged = inner, probe, flagged
+
+    def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        probe = self.probe
+        if tensor is probe.param.grad:
+            probe.compressing(tensor, self.flagged())
+        return self.inner.compress(tensor)
+
+    def decompress(self, tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return self.inner.decompress(tensor, ctx)
+
+
 _NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
 
 
@@ -155,12 +183,26 @@ class Weighting:
         self.average = False          # this step: Horovod averages (uniform plan), no weight here
         self.probe = probe            # the gradient element that carries the flags, or None
         self.flagged = flagged        # does this rank have a flag to raise in this step?
+        self._probe_only: ProbeOnly | None = None
 
     def reset(self, average: bool = False) -> None:
         self.seen = 0
         self.average = average
         if self.probe is not None:
             self.probe.reset()
+
+    def for_step(self, capturing: bool) -> Any:
+        """The compression object for this step (after ``reset``): this wrapper when it has a
+        weight to apply, statistics to take or a flag tensor to send after the last gradient;
+        else only the probe's part (``ProbeOnly``), or the user's compression itself. Horovod
+        looks its ``_compression`` up per gradient, so the engine installs the one returned."""
+        if not self.average or capturing or self.last is not None:
+            return self
+        if self.probe is None:
+            return self.inner
+        if self._probe_only is None or self._probe_only.probe is not self.probe:
+            self._probe_only = ProbeOnly(self.inner, self.probe, self.flagged or (lambda: False))
+        return self._probe_only
 
     def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
         if not self.average:

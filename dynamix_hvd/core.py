@@ -157,9 +157,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
     def batches(self, epoch: int) -> Iterator[np.ndarray]:
         """This rank's sample indices, one array per micro-batch, for (the rest of) ``epoch``."""
         self.local.check_epoch(epoch)
-        for mb in self.local.generate(epoch):
-            self._begin_micro()
-            yield mb
+        yield from self.local.generate(epoch, self._begin_micro)
 
     def loader(self, dataset: Any, epoch: int, **dataloader_kwargs: Any) -> Iterator[Any]:
         """A torch DataLoader over ``dataset`` with this rank's batches. Worker processes are

@@ -218,6 +218,37 @@ class ExactOnceSampler:
     def rank_micro_batches(self, sl: StepSlice, rank: int) -> list[np.ndarray]:
         return micro_batches(self.indices(sl, rank), self.accumulation)
 
+    def rank_steps(self, epoch: int, rank: int) -> Iterator[tuple[StepSlice, np.ndarray]]:
+        """``iter_epoch`` and ``indices(slice, rank)`` in one pass: (slice, this rank's ``k*b``
+        indices) for the rest of ``epoch``. The per-step path of a training loop: a full step
+        under the plan in force takes the plan's sizes and this rank's offset, computed once per
+        plan; a step near the epoch's end goes through ``next_step`` (the tail rule). Yields the
+        same slices and indices as the two separate calls."""
+        self.set_epoch(epoch)
+        n, k = self.dataset_size, self.accumulation
+        plan: Plan | None = None
+        full = floor_ = lo = mine = 0
+        sizes: tuple[int, ...] = ()
+        while self.cursor < n:
+            p = self.plans.at(self.step)
+            if p is not plan:
+                plan, full, floor_ = p, k * p.global_batch, p.world_size * k
+                sizes = p.batch_sizes if k == 1 else tuple(k * b for b in p.batch_sizes)
+                lo, mine = sum(sizes[:rank]), sizes[rank]
+            cur, e = self.cursor, self.epoch
+            if n - cur - full >= floor_:
+                sl = StepSlice(self.step, e, cur, sizes, p.version)
+                sl.__dict__["total"] = full             # (the cached property, known here)
+                self.cursor, self.step = cur + full, self.step + 1
+                a = cur + lo
+                yield sl, self.permutation(e)[a:a + mine]
+            else:
+                sl = self.next_step()
+                yield sl, self.indices(sl, rank)
+        # leave the position at the start of the next epoch
+        self.epoch = epoch + 1
+        self.cursor = 0
+
     def iter_epoch(self, epoch: int) -> Iterator[StepSlice]:
         """Step slices for the rest of ``epoch`` (resumes mid-epoch after load_state_dict)."""
         self.set_epoch(epoch)

@@ -81,7 +81,7 @@ class Dynamix(DynamixCore):
                                     scale=lambda: self.local.scale,
                                     on_local=self._on_local if self.config.gns else None, last=self._submit_flags,
                                     flagged=lambda: bool(self.local.oom_batch or self.local.react_flag))
-        inner._compression = self._weighting                 # noqa: SLF001
+        inner._compression = self._compression = self._weighting     # noqa: SLF001 - installed per step
         self.local.on_new_step = self._new_step
         self._averaging = False     # Horovod's op is Average (uniform step) rather than Sum
         self._flags_read: np.ndarray | None | bool = False    # this step's flags: not read yet
@@ -95,6 +95,7 @@ class Dynamix(DynamixCore):
         self._hooked = bool(inner._requires_update)   # noqa: SLF001 - Horovod registered its hooks
         self._flags: StepFlags | None = None
         self._weighting.probe = None
+        self._weighting.last = None
         if not (self.world > 1 and self._hooked and (self.config.oom_redo or self.config.react)):
             return
         if self._weighting.inner in (self.hvd.Compression.none, self.hvd.Compression.fp16):
@@ -103,6 +104,7 @@ class Dynamix(DynamixCore):
             self._weighting.probe = FlagProbe(first)
         else:
             self._flags = StepFlags(self.hvd, self.rank, self.world)
+            self._weighting.last = self._submit_flags    # the flag tensor goes after the last gradient
 
     # =====================================================================================
     # the step: inside optimizer.step()
@@ -116,7 +118,11 @@ class Dynamix(DynamixCore):
             self.hvd_optimizer.op = self.hvd.Average if avg else self.hvd.Sum
             self._averaging = avg
         loc.gns.local_scale = loc.scale if avg else 1.0
-        self._weighting.reset(avg)
+        w = self._weighting
+        w.reset(avg)
+        comp = w.for_step(loc.gns.capturing)   # only what this step needs in Horovod's hook
+        if comp is not self._compression:
+            self.hvd_optimizer._compression = self._compression = comp   # noqa: SLF001
         self._flags_read = False
 
     def _submit_flags(self) -> None:
@@ -134,9 +140,12 @@ class Dynamix(DynamixCore):
             skip_and_replan(self, oom)
             return None
         self._weigh_locally()
-        if inner._synchronized:                  # noqa: SLF001
-            with inner.skip_synchronize():
+        if inner._synchronized:                  # noqa: SLF001 - Horovod's skip_synchronize(), without a context manager
+            inner._should_synchronize = False    # noqa: SLF001
+            try:
                 out = inner.step(closure)
+            finally:
+                inner._should_synchronize = True  # noqa: SLF001
         else:
             out = inner.step(closure)
         self._after_update(t_entry)
@@ -153,8 +162,11 @@ class Dynamix(DynamixCore):
         oom: np.ndarray | None = None
         probe = self._weighting.probe
         if probe is not None:
-            if probe.raised():                   # the same answer on every rank: a reduced value
-                oom = self._exchange_flags(probe)
+            if not probe.raised():               # the same answer on every rank: a reduced value
+                loc.oom_batch = loc.react_flag = 0
+                self._flags_read = None          # the common case: no flag anywhere
+                return None
+            oom = self._exchange_flags(probe)
         elif self._flags is not None:
             self._submit_flags()                 # no-op: normally sent with the last gradient
             oom, react = self._flags.wait()

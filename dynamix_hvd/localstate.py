@@ -14,7 +14,7 @@ import torch
 
 from dynamix_hvd.apply import rescale_accumulated
 from dynamix_hvd.config import DynamixConfig
-from dynamix_hvd.data import ExactOnceSampler, StepSlice
+from dynamix_hvd.data import ExactOnceSampler, StepSlice, micro_batches
 from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.measure import GradNoise, StepMeter
 from dynamix_hvd.observe import EpochProgress
@@ -38,7 +38,7 @@ class LocalState:
         self.consumed = sampler.position()     # position after the last *trained* step
         self.t_batch = time.perf_counter()
         self.scale = 1.0            # the weight Horovod's hook applies to the accumulated gradient
-        self.uniform = False        # this step: every rank the same batch, one micro-batch (n_i/T = 1/N)
+        self.uniform = False        # this step: every rank the same batch, one micro-batch (n_i/T = 1/N); set on its last micro-batch
         self.oom_batch = 0          # this rank's batch size that ran out of memory in this step
         self.react_flag = 0         # this rank's detector fired; sent with the next step's flags
         self.react_ranks: list[int] | None = None   # ranks that flagged, known to all: decide early
@@ -50,17 +50,22 @@ class LocalState:
         self.step_full = False
 
     # ---- data --------------------------------------------------------------------------
-    def generate(self, epoch: int) -> Iterator[np.ndarray]:
-        """Micro-batches of this rank for the rest of ``epoch``; records what was generated."""
-        one = self.config.accumulation == 1
-        for sl in self.sampler.iter_epoch(epoch):
-            if one:                  # (no array_split for a single micro-batch)
-                mb = self.sampler.indices(sl, self.rank)
-                self.pending.append((sl, 0, len(mb)))
-                yield mb
+    def generate(self, epoch: int, begin: Callable[[], None] | None = None) -> Iterator[np.ndarray]:
+        """Micro-batches of this rank for the rest of ``epoch``; records what was generated.
+        ``begin`` is called as each one is handed over (``batches()``: the user takes it now; a
+        DataLoader's batch sampler runs ahead and passes None)."""
+        k, pending = self.config.accumulation, self.pending
+        for sl, idx in self.sampler.rank_steps(epoch, self.rank):
+            if k == 1:                   # (no array_split for a single micro-batch)
+                pending.append((sl, 0, len(idx)))
+                if begin is not None:
+                    begin()
+                yield idx
                 continue
-            for j, mb in enumerate(self.sampler.rank_micro_batches(sl, self.rank)):
-                self.pending.append((sl, j, len(mb)))
+            for j, mb in enumerate(micro_batches(idx, k)):
+                pending.append((sl, j, len(mb)))
+                if begin is not None:
+                    begin()
                 yield mb
 
     def check_epoch(self, epoch: int) -> None:
@@ -71,24 +76,33 @@ class LocalState:
 
     def begin_micro(self) -> None:
         """The user takes the next micro-batch: its weight, and on the last micro-batch of a step
-        whether this step's gradient statistics are sampled."""
+        the plan it runs under, whether it is full and uniform, and whether this step's gradient
+        statistics are sampled; then (first micro-batch) ``on_new_step``."""
         cur = self.current = self.pending.popleft()
         sl, j, n = cur
         w = n / sl.total
+        k = self.config.accumulation
         if j == 0:
             self.t_batch = time.perf_counter()
             self.redo = False
             self.scale = w if w > 0 else 1.0
-            self.uniform = self.config.accumulation == 1 and min(sl.sizes) == max(sl.sizes)
-            self.on_new_step()
         elif w > 0 and w != self.scale:   # micro-batches of unequal size: keep sum_j w_j g_j exact
             rescale_accumulated(self.params, self.scale / w)
             self.scale = w
-        if j == self.config.accumulation - 1:
-            self.step_plan = self.sampler.plans.at(sl.step)      # the plan this step runs under
-            self.step_full = self.is_full(sl, self.step_plan)
-            self.gns.begin(self.config.gns and self.step_full and
-                           self.gns.sampled(sl.step, self.next_due, self.interval_start))
+        if j == k - 1:
+            plan = self.step_plan = self.sampler.plans.at(sl.step)      # the plan this step runs under
+            sizes = sl.sizes
+            if k == 1:
+                full = self.step_full = sizes == plan.batch_sizes
+                self.uniform = plan.even if full else min(sizes) == max(sizes)
+            else:
+                full = self.step_full = self.is_full(sl, plan)
+            gns = self.gns
+            capture = bool(full and self.config.gns and gns.sampled(sl.step, self.next_due, self.interval_start))
+            if capture or gns.capturing:
+                gns.begin(capture)
+        if j == 0:
+            self.on_new_step()
 
     def is_full(self, sl: StepSlice, plan: Plan | None = None) -> bool:
         plan = plan or self.sampler.plans.at(sl.step)

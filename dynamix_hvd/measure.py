@@ -1,7 +1,7 @@
 """Measure: what each rank records per step, at O(1) cost and without allocation.
 
 ``StepMeter``  per-step compute / comm / step seconds and samples of one decision interval in a
-               preallocated numpy ring (no list of tuples), running sums for the whole interval,
+               preallocated ring (one list per column), running sums for the whole interval,
                the loss (kept as a tensor, converted once per decision: no device sync per step),
                and where this rank's change detector placed a change.
 ``GradNoise``  the gradient noise scale from *sampled* steps: the step right before each
@@ -34,7 +34,10 @@ class StepMeter:
     """One decision interval's per-step timings (ring of ``capacity`` steps) and running sums."""
 
     def __init__(self, capacity: int = 256) -> None:
-        self._ring = np.zeros((max(int(capacity), 8), 4))   # compute, comm, step seconds; samples
+        cap = self._cap = max(int(capacity), 8)
+        # compute, comm, step seconds; samples: one preallocated list per column (a store into
+        # a list costs a fraction of a numpy row view and four numpy scalar stores)
+        self._cols: tuple[list[float], ...] = tuple([0.0] * cap for _ in range(4))
         self.reset()
 
     def reset(self) -> None:
@@ -49,8 +52,12 @@ class StepMeter:
         self.t0 = time.perf_counter()
 
     def add(self, compute_s: float, comm_s: float, step_s: float, total: int) -> None:
-        row = self._ring[self.n % len(self._ring)]
-        row[0], row[1], row[2], row[3] = compute_s, comm_s, step_s, total
+        i = self.n % self._cap
+        c = self._cols
+        c[0][i] = compute_s
+        c[1][i] = comm_s
+        c[2][i] = step_s
+        c[3][i] = total
         s = self._sum
         s[0] += compute_s
         s[1] += comm_s
@@ -76,10 +83,10 @@ class StepMeter:
 
     def _rows(self, first: int) -> np.ndarray:
         """Ring rows of steps first..n-1 (clipped to what the ring still holds)."""
-        cap = len(self._ring)
+        cap = self._cap
         first = max(first, self.n - cap)
-        idx = np.arange(first, self.n) % cap
-        return self._ring[idx]
+        idx = [i % cap for i in range(first, self.n)]
+        return np.array([[col[i] for i in idx] for col in self._cols], dtype=np.float64).reshape(4, -1).T
 
     def means(self) -> tuple[float, float, float]:
         """Mean (compute, comm, step) seconds per step over the interval, or over the steps since

@@ -6,6 +6,7 @@ Nothing here talks to MPI.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -42,13 +43,18 @@ class Plan:
     def world_size(self) -> int:
         return len(self.batch_sizes)
 
-    @property
+    @functools.cached_property
     def global_batch(self) -> int:
         return sum(self.batch_sizes)
 
     def share(self, rank: int) -> float:
         """b_rank / B: the weight of this rank's mean loss in the global mean."""
         return self.batch_sizes[rank] / self.global_batch
+
+    @functools.cached_property
+    def even(self) -> bool:
+        """Every rank the same batch size."""
+        return min(self.batch_sizes) == max(self.batch_sizes)
 
     def offset(self, rank: int) -> int:
         """Index of this rank's first sample inside one global step's B samples."""

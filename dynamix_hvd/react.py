@@ -79,14 +79,15 @@ class ChangeDetector:
         confirming steps), else None. O(window) at most, no sort: the reference steps are kept
         sorted as they slide."""
         sizes = self._sizes
-        if sizes is None or abs(batch - sizes[0]) > self.plan_tol * sizes[0] or \
-                abs(global_batch - sizes[1]) > self.plan_tol * sizes[1]:
+        if sizes is None or (batch != sizes[0] or global_batch != sizes[1]) and (
+                abs(batch - sizes[0]) > self.plan_tol * sizes[0] or
+                abs(global_batch - sizes[1]) > self.plan_tol * sizes[1]):
             self.reset()
             self._sizes = (float(batch), float(global_batch))
-        if not (math.isfinite(compute_s) and math.isfinite(step_s) and compute_s > 0 and step_s > 0):
+        if not (0 < compute_s < math.inf and 0 < step_s < math.inf):    # (NaN fails both)
             return None
-        c = self._compute.push(float(compute_s))
-        s = self._step.push(float(step_s))
+        c = self._compute.push(compute_s)
+        s = self._step.push(step_s)
         if not (c or s):
             return None
         n = max(c, s)

@@ -80,6 +80,33 @@ def test_every_index_exactly_once_and_equal_steps(sc):
         assert len(set(s)) == 1
 
 
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_rank_steps_equals_iter_epoch_and_indices(sc):
+    """The per-step path's fused generator yields what the two separate calls yield, with plan
+    changes mid-epoch (added while the generator runs, as a decision does), epoch tails and
+    accumulation; its cached total is the slice's sum."""
+    world, n, k, first, changes, epochs = sc
+    for r in sorted({0, world - 1, world // 2}):
+        a = ExactOnceSampler(n, Plan(0, tuple(first)), seed=5, accumulation=k)
+        b = ExactOnceSampler(n, Plan(0, tuple(first)), seed=5, accumulation=k)
+        todo = sorted(changes, key=lambda t: t[0])
+        version = 0
+        for epoch in range(epochs):
+            fused = a.rank_steps(epoch, r)
+            for sl in b.iter_epoch(epoch):
+                sl2, idx = next(fused)
+                assert sl2 == sl and sl2.total == sum(sl.sizes)
+                assert np.array_equal(idx, b.indices(sl, r))
+                while todo and todo[0][0] <= sl.step:      # a decision after this step
+                    version += 1
+                    for smp in (a, b):
+                        smp.plans.add(Plan(version, tuple(todo[0][1]), sl.step + 1))
+                    todo.pop(0)
+            assert next(fused, None) is None
+            assert a.position() == b.position()
+
+
 @settings(max_examples=60, deadline=None)
 @given(scenarios())
 def test_plans_between_epochs(sc):
