@@ -7,7 +7,7 @@ Arguments: the MLP width, the variants of bench_hook_overhead.py, blocks per var
 steps each). Each section is timed with time.thread_time (the calling thread's CPU: not inflated
 when the rank is preempted on shared cores; each timed call adds ~1 us of its own). Own CPU per
 step = dyn.optimizer.step() minus Horovod's synchronize and the wrapped optimizer's update, plus
-Horovod's compression wrapper (once per gradient) and the batches generator's next(); the null
+Horovod's compression wrapper (once per gradient: ``Weighting`` or ``ProbeOnly``, whichever the step installed) and the batches generator's next(); the null
 hook's the same over its proxy's step and its generator (what a plain loop also pays inside
 Horovod's and torch's step wrappers). Sections inside those (read_flags, raised, compressing,
 host, after_update, record_step, detector, begin_micro, decide) are listed per step. Medians over
@@ -64,6 +64,8 @@ b._Proxy.step = timed("step", pstep)
 hopt._DistributedOptimizer.synchronize = timed("hvd_sync", hopt._DistributedOptimizer.synchronize)
 torch.optim.SGD.step = timed("update", torch.optim.SGD.step)
 ap.Weighting.compress = timed("compress", ap.Weighting.compress)
+if hasattr(ap, "ProbeOnly"):     # (since session 18: installed instead of Weighting on uniform steps)
+    ap.ProbeOnly.compress = timed("compress", ap.ProbeOnly.compress)
 core.DynamixCore.batches = timed_gen("next", core.DynamixCore.batches)
 b._null_batches = timed_gen("next", b._null_batches)
 dh.Dynamix._read_flags = timed("read_flags", dh.Dynamix._read_flags)
