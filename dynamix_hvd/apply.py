@@ -26,6 +26,10 @@
                 one-element read (on a GPU a 4-byte device-to-host copy after the allreduce).
                 Needs an elementwise compression (none or fp16); with another the flags go as
                 ``StepFlags``.
+``ProbeOnly``   what Horovod's hook runs on a step with nothing to weigh or sample (a uniform
+                plan, no gradient statistics): the probe's part only. ``Weighting.for_step``
+                picks, per step, the whole wrapper, this, or the user's compression itself (no
+                flags to carry either), so a plain step pays no Python per gradient.
 ``StepFlags``   the fallback: the flag vector reduced with ``hvd.allreduce_async_`` beside the
                 gradients and with their op, so Horovod fuses it into the gradients' allreduce;
                 a Horovod tensor of its own every step (measured: 3-7% of a 2-3 ms step).

@@ -284,3 +284,60 @@ def test_flag_probe_poisons_only_when_flagged_and_restores_the_exact_sum():
     probe.restore(np.array([1.25, 2.5, -0.75]), average=True)
     assert float(w.grad[0, 0]) == 1.0
     assert torch.equal(w.grad[1:], (before * 0.5)[1:])
+
+
+def test_for_step_installs_only_what_the_step_needs():
+    """Weighting.for_step: the whole wrapper on a step that weighs (not averaged), samples or sends
+    a flag tensor; on a plain averaged step only the probe's part, or the user's compression
+    itself without a probe. ProbeOnly keeps and poisons the probe element like the wrapper and
+    leaves every other gradient alone."""
+    from dynamix_hvd.apply import FlagProbe, ProbeOnly, Weighting
+
+    class NoCompression:
+        @staticmethod
+        def compress(t):
+            return t, None
+
+        @staticmethod
+        def decompress(t, ctx):
+            return t
+
+    w = torch.nn.Parameter(torch.zeros(2, 3))
+    w.grad = torch.arange(6.0).reshape(2, 3) + 1
+    flag = {"on": False}
+    wt = Weighting(NoCompression, 2, scale=lambda: 0.5, on_local=None, last=None, flagged=lambda: flag["on"])
+    wt.reset(average=True)
+    assert wt.for_step(capturing=False) is NoCompression     # nothing to do in Horovod's hook
+    assert wt.for_step(capturing=True) is wt                 # gradient statistics to take
+    wt.reset(average=False)
+    assert wt.for_step(capturing=False) is wt                # a weight to apply
+    wt.probe = probe = FlagProbe(w)
+    wt.reset(average=True)
+    po = wt.for_step(capturing=False)
+    assert isinstance(po, ProbeOnly) and wt.for_step(False) is po
+    wt.last = lambda: None                                   # a flag tensor after the last gradient
+    assert wt.for_step(False) is wt
+    other = torch.ones(4)
+    assert po.compress(other)[0] is other and torch.equal(other, torch.ones(4)) and not probe.sent
+    po.compress(w.grad)                                       # no flag: kept, not poisoned, no weight
+    assert probe.sent and probe.local_value() == 1.0 and float(w.grad[0, 0]) == 1.0 and not probe.raised()
+    wt.reset(average=True)
+    flag["on"] = True
+    po.compress(w.grad)
+    assert probe.raised() and torch.equal(w.grad[1], torch.tensor([4.0, 5.0, 6.0]))
+
+
+def test_flag_probe_reads_a_new_storage_of_the_same_gradient():
+    """The probe reuses its numpy view for the read only while the gradient keeps its storage:
+    fp16 compression's decompression ``set_()``s the reduced values into a new one."""
+    from dynamix_hvd.apply import FlagProbe
+
+    w = torch.nn.Parameter(torch.zeros(3))
+    w.grad = torch.ones(3)
+    probe = FlagProbe(w)
+    probe.compressing(w.grad, flag=True)
+    assert probe.raised()
+    w.grad.set_(torch.full((3,), 2.0))                       # same tensor object, reduced values elsewhere
+    assert not probe.raised()
+    w.grad.set_(torch.tensor([float("nan"), 1.0, 1.0]))
+    assert probe.raised()
