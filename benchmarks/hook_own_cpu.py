@@ -51,11 +51,18 @@ def timed_gen(name, f):
 
 
 steps = [0]
-_gs = dh.GuardedOptimizer.step
-def gstep(self, closure=None):
-    steps[0] += 1
-    return _gs(self, closure)
-dh.GuardedOptimizer.step = timed("step", gstep)
+if hasattr(dh, "GuardedOptimizer"):       # (before session 18: dyn.optimizer was a proxy)
+    _gs = dh.GuardedOptimizer.step
+    def gstep(self, closure=None):
+        steps[0] += 1
+        return _gs(self, closure)
+    dh.GuardedOptimizer.step = timed("step", gstep)
+else:                                       # dyn.optimizer is Horovod's, its step() the hook's
+    _os = dh.Dynamix._optimizer_step
+    def ostep(self, closure=None):
+        steps[0] += 1
+        return _os(self, closure)
+    dh.Dynamix._optimizer_step = timed("step", ostep)
 _ps = b._Proxy.step
 def pstep(self, closure=None):
     steps[0] += 1

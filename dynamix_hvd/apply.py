@@ -119,9 +119,11 @@ class FlagProbe:
     def compressing(self, tensor: torch.Tensor, flag: bool) -> None:
         """The probe's gradient, weighted, is about to be reduced: keep the element (a copy on
         the tensor's device, no synchronisation) and poison it when this rank has a flag."""
-        self._tensor = None
-        host = self._view = self._host(tensor)
-        self._tensor, self._ptr = tensor, tensor.data_ptr()
+        if tensor.is_cpu and tensor.dtype in _NUMPY_FLOATS and not tensor.requires_grad:
+            host: np.ndarray | None = tensor.numpy()
+        else:
+            host = None
+        self._tensor, self._view, self._ptr = tensor, host, tensor.data_ptr()
         if host is not None:
             self._saved = float(host[self._index])
             if flag:
@@ -137,6 +139,8 @@ class FlagProbe:
         g = self.param.grad
         if g is None:
             return False
+        if g is self._tensor and g.data_ptr() == self._ptr and self._view is not None:
+            return not math.isfinite(self._view[self._index])     # (the common case, inlined)
         host = self._host(g)
         return not math.isfinite(float(host[self._index] if host is not None else g[self._index]))
 
@@ -156,13 +160,16 @@ class ProbeOnly:
     user's compression. ``Weighting.for_step`` installs it (or the user's compression itself
     when there are no flags to carry either) instead of the whole ``Weighting``."""
 
-    def __init__(self, inner: Any, probe: FlagProbe, flagged: Callable[[], bool]) -> None:
+    def __init__(self, inner: Any, probe: FlagProbe, flagged: Callable[[], bool], identity: bool = False) -> None:
         self.inner, self.probe, self.flagged = inner, probe, flagged
+        self.identity = identity            # inner is Horovod's Compression.none: (tensor, None)
+        self._param = probe.param
 
     def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        probe = self.probe
-        if tensor is probe.param.grad:
-            probe.compressing(tensor, self.flagged())
+        if tensor is self._param.grad:
+            self.probe.compressing(tensor, self.flagged())
+        if self.identity:
+            return tensor, None
         return self.inner.compress(tensor)
 
     def decompress(self, tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
@@ -188,6 +195,7 @@ class Weighting:
         self.probe = probe            # the gradient element that carries the flags, or None
         self.flagged = flagged        # does this rank have a flag to raise in this step?
         self._probe_only: ProbeOnly | None = None
+        self.identity = False         # the engine says: inner.compress(t) is (t, None)
 
     def reset(self, average: bool = False) -> None:
         self.seen = 0
@@ -205,7 +213,7 @@ class Weighting:
         if self.probe is None:
             return self.inner
         if self._probe_only is None or self._probe_only.probe is not self.probe:
-            self._probe_only = ProbeOnly(self.inner, self.probe, self.flagged or (lambda: False))
+            self._probe_only = ProbeOnly(self.inner, self.probe, self.flagged or (lambda: False), self.identity)
         return self._probe_only
 
     def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
@@ -277,7 +285,7 @@ def skip_and_replan(dyn: Any, oom: np.ndarray) -> None:
     re-plan (``DynamixCore._replan_after_oom``: caps lowered, the same step re-split and redone)."""
     inner = dyn.hvd_optimizer
     if not inner._synchronized:              # noqa: SLF001 - drain Horovod's allreduces of the discarded gradients
-        inner.synchronize()
+        type(inner).synchronize(inner)       # (Horovod's own: the instance's is the hook's)
     inner._synchronized = False              # noqa: SLF001 - the step is skipped, not taken later
     inner.zero_grad()
     dyn._replan_after_oom(oom)

@@ -18,8 +18,7 @@ Nothing here talks to MPI or torch; ``DynamixBatchSampler`` at the bottom adapts
 from __future__ import annotations
 
 import bisect
-import functools
-from dataclasses import dataclass
+import operator
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -31,23 +30,32 @@ class SamplerError(ValueError):
     """Invalid sampler configuration or state."""
 
 
-@dataclass(frozen=True)
-class StepSlice:
-    """One optimizer step, seen by every rank identically."""
+class StepSlice(tuple):
+    """One optimizer step, seen by every rank identically: (step, epoch, start, sizes,
+    plan_version, total), immutable. A tuple rather than a frozen dataclass: one is made per
+    training step, and a frozen dataclass's ``__init__`` is a call of ``object.__setattr__`` per
+    field."""
 
-    step: int                    # global optimizer-step counter (across epochs)
-    epoch: int
-    start: int                   # cursor into the epoch's permutation before this step
-    sizes: tuple[int, ...]       # samples per rank in this step (sum = total)
-    plan_version: int
+    __slots__ = ()
 
-    @functools.cached_property
-    def total(self) -> int:
-        return sum(self.sizes)
+    def __new__(cls, step: int, epoch: int, start: int, sizes: tuple[int, ...], plan_version: int,
+                total: int | None = None) -> "StepSlice":
+        return tuple.__new__(cls, (step, epoch, start, sizes, plan_version, sum(sizes) if total is None else total))
+
+    step = property(operator.itemgetter(0), doc="global optimizer-step counter (across epochs)")
+    epoch = property(operator.itemgetter(1))
+    start = property(operator.itemgetter(2), doc="cursor into the epoch's permutation before this step")
+    sizes = property(operator.itemgetter(3), doc="samples per rank in this step (sum = total)")
+    plan_version = property(operator.itemgetter(4))
+    total = property(operator.itemgetter(5))
 
     @property
     def end(self) -> int:
-        return self.start + self.total
+        return self[2] + self[5]
+
+    def __repr__(self) -> str:
+        return (f"StepSlice(step={self[0]}, epoch={self[1]}, start={self[2]}, sizes={self[3]}, "
+                f"plan_version={self[4]})")
 
 
 def proportional_split(total: int, weights: Sequence[int], minimum: int) -> tuple[int, ...]:
@@ -237,8 +245,7 @@ class ExactOnceSampler:
                 lo, mine = sum(sizes[:rank]), sizes[rank]
             cur, e = self.cursor, self.epoch
             if n - cur - full >= floor_:
-                sl = StepSlice(self.step, e, cur, sizes, p.version)
-                sl.__dict__["total"] = full             # (the cached property, known here)
+                sl = StepSlice(self.step, e, cur, sizes, p.version, full)
                 self.cursor, self.step = cur + full, self.step + 1
                 a = cur + lo
                 yield sl, self.permutation(e)[a:a + mine]

@@ -18,7 +18,7 @@ bookkeeping, decisions, checkpoints; shared with the DDP engine, ddp.py) and the
   decide.py     rank 0: controller, guards, next plan (no MPI)
   wire.py       row, plan and flag formats; comm.py moves them
   lifecycle.py  bounds, BatchNorm floor, collector, excepthook, checkpoints
-Per step (inside ``optimizer.step()``): read the flags that rode on the gradients (a probe element),
+Per step (inside ``optimizer.step()``, ``guard_optimizer``): read the flags that rode on the gradients (a probe element),
 apply the update, record the step in O(1); every ``interval_steps`` steps, at least
 ``min_decision_s`` apart (or at once when a rank's detector flags a change), gather the rows,
 decide on rank 0, broadcast the plan with the step of the next decision.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import time
+import types
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -73,7 +74,7 @@ class Dynamix(DynamixCore):
         if broadcast_initial_state:
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             hvd.broadcast_optimizer_state(inner, root_rank=0)
-        self.optimizer = GuardedOptimizer(inner, self)
+        self.optimizer = guard_optimizer(inner, self)
         params = [p for g in inner.param_groups for p in g["params"] if p.requires_grad]
         self._setup(model, dataset_size, cfg, comm, params, controller, emulator, metrics_fn)
         # the n_i/T weight, sampled gradient norms and the step's flags: in Horovod's own hook
@@ -82,6 +83,7 @@ class Dynamix(DynamixCore):
                                     on_local=self._on_local if self.config.gns else None, last=self._submit_flags,
                                     flagged=lambda: bool(self.local.oom_batch or self.local.react_flag))
         inner._compression = self._compression = self._weighting     # noqa: SLF001 - installed per step
+        self._weighting.identity = self._weighting.inner is hvd.Compression.none
         self.local.on_new_step = self._new_step
         self._averaging = False     # Horovod's op is Average (uniform step) rather than Sum
         self._flags_read: np.ndarray | None | bool = False    # this step's flags: not read yet
@@ -129,25 +131,26 @@ class Dynamix(DynamixCore):
         if self._flags is not None:
             self._flags.submit(self.local.oom_batch, self.local.react_flag, self._averaging)
 
-    def _optimizer_step(self, closure: Any) -> Any:
+    def _optimizer_step(self, closure: Any = None) -> Any:
         t_entry = time.perf_counter()
         inner = self.hvd_optimizer
         self._check_step_call()
         if (self._weighting.probe is not None or self._flags is not None) and not inner._synchronized:  # noqa: SLF001
-            inner.synchronize()                  # submits what backward did not
+            _hvd_synchronize(inner)              # submits what backward did not
         oom = self._read_flags()
         if oom is not None:
             skip_and_replan(self, oom)
             return None
         self._weigh_locally()
+        hvd_step = type(inner).step              # Horovod's (the instance's step is this method, maybe wrapped)
         if inner._synchronized:                  # noqa: SLF001 - Horovod's skip_synchronize(), without a context manager
             inner._should_synchronize = False    # noqa: SLF001
             try:
-                out = inner.step(closure)
+                out = hvd_step(inner, closure)
             finally:
                 inner._should_synchronize = True  # noqa: SLF001
         else:
-            out = inner.step(closure)
+            out = hvd_step(inner, closure)       # (calls the instance's synchronize: ``_synchronize``)
         self._after_update(t_entry)
         return out
 
@@ -204,7 +207,7 @@ class Dynamix(DynamixCore):
 
     def _synchronize(self) -> None:
         """``optimizer.synchronize()``: Horovod's, then (one rank without hooks) the weight."""
-        self.hvd_optimizer.synchronize()
+        _hvd_synchronize(self.hvd_optimizer)
         if self.local.current is not None:
             self._read_flags()
         self._weigh_locally()
@@ -228,25 +231,27 @@ class Dynamix(DynamixCore):
         self._track()
 
 
-class GuardedOptimizer:
-    """``dyn.optimizer``: Horovod's DistributedOptimizer whose ``step()`` also reads the step's
-    flags (an out-of-memory rank: the update is skipped and the step redone), records the step
-    and takes the decision when one is due. Everything else is Horovod's."""
-
-    def __init__(self, inner: Any, dyn: Dynamix) -> None:
-        object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_dyn", dyn)
-
-    def step(self, closure: Any = None) -> Any:
-        return self._dyn._optimizer_step(closure)
-
-    def synchronize(self) -> None:
-        self._dyn._synchronize()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._inner, name, value)
+def _hvd_synchronize(inner: Any) -> None:
+    """Horovod's own ``synchronize`` of its optimizer (the instance's is ``Dynamix._synchronize``)."""
+    type(inner).synchronize(inner)
 
 
+def guard_optimizer(inner: Any, dyn: Dynamix) -> Any:
+    """``dyn.optimizer``: Horovod's DistributedOptimizer itself (a ``torch.optim.Optimizer`` of the
+    user's class, so LR schedulers, checkpoints and ``isinstance`` work), whose ``step()`` also
+    reads the step's flags (an out-of-memory rank: the update is skipped and the step redone),
+    records the step and takes the decision when one is due, and whose ``synchronize()`` also
+    reads the flags (a user clipping gradients sees the restored probe element). Both are set on
+    the instance: a scheduler that wraps ``step`` rebinds the same function to the same object,
+    and Horovod's own class (its ``step`` calls ``super(self.__class__, self)``) is unchanged."""
+
+    def step(opt: Any, closure: Any = None) -> Any:
+        return dyn._optimizer_step(closure)
+
+    def synchronize(opt: Any) -> None:
+        dyn._synchronize()
+
+    step.__doc__ = f"Horovod's step with dynamix's per-step work. {type(inner).step.__doc__ or ''}".strip()
+    inner.step = types.MethodType(step, inner)
+    inner.synchronize = types.MethodType(synchronize, inner)
+    return inner

@@ -80,14 +80,15 @@ def _combined_rel_se(points: Sequence[tuple[float, float, float]]) -> float:
 class ComputeModel:
     """Bounded (b, t, weight) history per rank, change detection, and the fitted (alpha, beta)."""
 
-    def __init__(self, history: int = 16, change_tol: float = 0.3, pool: bool = False) -> None:
+    def __init__(self, history: int = 16, change_tol: float = 0.3, pool: bool = True) -> None:
         if history < 1:
             raise ValueError(f"history={history}: must be >= 1")
         if not change_tol > 0:
             raise ValueError(f"change_tol={change_tol}: must be > 0")
         self.history, self.change_tol = int(history), float(change_tol)
-        # ranks that measure alike share the shape of their fit (``_pooled``); off by default until
-        # its per-rank-level version is measured live (the first version: 1.16x on hetero8)
+        # ranks that measure alike share the shape of their fit, each keeping its level
+        # (``_pooled``); on by default since session 18 (measured live on hetero16, hetero8,
+        # hetero4x, node_slowdown, trace_cov, hetero6_bn, link_degrade; README, issue 24)
         self.pool = bool(pool)
         self.obs: list[deque] = []
         self.pending: list = []    # per rank: (sign, (b, t, weight)) of an unconfirmed deviation, or None

@@ -126,3 +126,31 @@ def test_batchnorm_raises_min_batch(comm):
     _train(dyn, model, x, y, 3)
     assert dyn.plan.batch_sizes == (32,) * world
     dyn.close()
+
+
+def test_lr_scheduler_on_the_hooks_optimizer(comm):
+    """A torch LR scheduler over ``dyn.optimizer`` (it wraps ``optimizer.step`` to track calls):
+    steps train, the scheduler's LR reaches the update, and no warning says step() was skipped."""
+    x, y = make_data(n=2000)
+    model = make_model()
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.1), dataset_size=len(x), base_batch=8,
+                  controller="static", interval_steps=10, min_decision_s=0, collector=False)
+    sched = torch.optim.lr_scheduler.StepLR(dyn.optimizer, step_size=5, gamma=0.5)
+    opt = dyn.optimizer
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for idx in dyn.batches(0):
+            before = [p.detach().clone() for p in model.parameters()]
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
+            if dyn.step_count >= 12:
+                break
+    dyn._pending.clear()
+    dyn.close()
+    assert dyn.step_count == 12
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 2)
+    assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)], [str(w.message) for w in caught]
