@@ -150,19 +150,22 @@ def test_oom_replan_lowers_cap_keeps_global_batch():
     assert plan.batch_sizes[2] <= 14 and plan.global_batch == 48 and plan.start_step == 4
 
 
+class _NoCompression:
+    """Horovod's Compression.none, as the tests' stand-in."""
+
+    @staticmethod
+    def compress(t):
+        return t, None
+
+    @staticmethod
+    def decompress(t, ctx):
+        return t
+
+
 def test_weighting_scales_in_place_and_calls_last_once():
     calls = []
 
-    class NoComp:
-        @staticmethod
-        def compress(t):
-            return t, None
-
-        @staticmethod
-        def decompress(t, ctx):
-            return t
-
-    w = Weighting(NoComp, 2, scale=lambda: 0.25, on_local=None, last=lambda: calls.append(1))
+    w = Weighting(_NoCompression, 2, scale=lambda: 0.25, on_local=None, last=lambda: calls.append(1))
     a, b = torch.ones(3), torch.full((2,), 2.0)
     out, _ = w.compress(a)
     assert out is a and torch.equal(a, torch.full((3,), 0.25)) and not calls
@@ -293,15 +296,7 @@ def test_for_step_installs_only_what_the_step_needs():
     leaves every other gradient alone."""
     from dynamix_hvd.apply import FlagProbe, ProbeOnly, Weighting
 
-    class NoCompression:
-        @staticmethod
-        def compress(t):
-            return t, None
-
-        @staticmethod
-        def decompress(t, ctx):
-            return t
-
+    NoCompression = _NoCompression
     w = torch.nn.Parameter(torch.zeros(2, 3))
     w.grad = torch.arange(6.0).reshape(2, 3) + 1
     flag = {"on": False}
