@@ -134,7 +134,9 @@ def test_nic_counters_show_allreduce_and_throttling_slows_it(tmp_path: Path) -> 
         p = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=240)
         before = [c.counters(r) for r in range(2)]
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    res = {d["rank"]: d for d in (json.loads(l[7:]) for l in p.stdout.splitlines() if l.startswith("RESULT "))}
+    # mpirun forwards each rank's stdout in chunks: two ranks' lines can arrive joined without a
+    # newline ('RESULT {...}RESULT {...}', seen in CI), so parse each object after its marker
+    res = {d["rank"]: d for d in (json.JSONDecoder().raw_decode(chunk)[0] for chunk in p.stdout.split("RESULT ")[1:])}
     assert set(res) == {0, 1}
     mib = 4 * 256 * 1024
     for r in (0, 1):
