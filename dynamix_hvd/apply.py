@@ -110,8 +110,6 @@ class FlagProbe:
 
     def _host(self, t: torch.Tensor) -> np.ndarray | None:
         """A numpy view of a CPU tensor with a numpy dtype (None: use tensor ops)."""
-        if t is self._tensor and t.data_ptr() == self._ptr:   # (fp16: Horovod set_()s a new storage)
-            return self._view
         if t.is_cpu and t.dtype in _NUMPY_FLOATS:
             return (t.detach() if t.requires_grad else t).numpy()
         return None
@@ -140,7 +138,8 @@ class FlagProbe:
         if g is None:
             return False
         if g is self._tensor and g.data_ptr() == self._ptr and self._view is not None:
-            return not math.isfinite(self._view[self._index])     # (the common case, inlined)
+            # the view made in ``compressing`` (fp16's decompression set_()s a new storage)
+            return not math.isfinite(self._view[self._index])
         host = self._host(g)
         return not math.isfinite(float(host[self._index] if host is not None else g[self._index]))
 
@@ -279,13 +278,19 @@ def oom_replan(oom: np.ndarray, bounds: PlanBounds, plans: PlanLog, sl: StepSlic
     return bounds, Plan(plans.latest.version + 1, tuple(sizes), sl.step)
 
 
+def hvd_synchronize(inner: Any) -> None:
+    """Horovod's own ``synchronize`` of its optimizer (the instance's is the hook's,
+    ``horovod.guard_optimizer``)."""
+    type(inner).synchronize(inner)
+
+
 def skip_and_replan(dyn: Any, oom: np.ndarray) -> None:
     """``optimizer.step()`` when some rank ran out of memory (Horovod engine): Horovod's
     allreduces of the discarded gradients drained, the update skipped, then the engine-neutral
     re-plan (``DynamixCore._replan_after_oom``: caps lowered, the same step re-split and redone)."""
     inner = dyn.hvd_optimizer
     if not inner._synchronized:              # noqa: SLF001 - drain Horovod's allreduces of the discarded gradients
-        type(inner).synchronize(inner)       # (Horovod's own: the instance's is the hook's)
+        hvd_synchronize(inner)
     inner._synchronized = False              # noqa: SLF001 - the step is skipped, not taken later
     inner.zero_grad()
     dyn._replan_after_oom(oom)

@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from dynamix_hvd import lifecycle
-from dynamix_hvd.apply import FlagProbe, StepFlags, Weighting, horovod_optimizer, rescale_accumulated, skip_and_replan
+from dynamix_hvd.apply import (FlagProbe, StepFlags, Weighting, horovod_optimizer, hvd_synchronize,
+                               rescale_accumulated, skip_and_replan)
 from dynamix_hvd.comm import make_comm
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import Controller
@@ -136,7 +137,7 @@ class Dynamix(DynamixCore):
         inner = self.hvd_optimizer
         self._check_step_call()
         if (self._weighting.probe is not None or self._flags is not None) and not inner._synchronized:  # noqa: SLF001
-            _hvd_synchronize(inner)              # submits what backward did not
+            hvd_synchronize(inner)              # submits what backward did not
         oom = self._read_flags()
         if oom is not None:
             skip_and_replan(self, oom)
@@ -207,7 +208,7 @@ class Dynamix(DynamixCore):
 
     def _synchronize(self) -> None:
         """``optimizer.synchronize()``: Horovod's, then (one rank without hooks) the weight."""
-        _hvd_synchronize(self.hvd_optimizer)
+        hvd_synchronize(self.hvd_optimizer)
         if self.local.current is not None:
             self._read_flags()
         self._weigh_locally()
@@ -229,11 +230,6 @@ class Dynamix(DynamixCore):
         self.rank, self.world = self.comm.rank, self.comm.size
         self._watchdog = lifecycle.start_watchdog(self)
         self._track()
-
-
-def _hvd_synchronize(inner: Any) -> None:
-    """Horovod's own ``synchronize`` of its optimizer (the instance's is ``Dynamix._synchronize``)."""
-    type(inner).synchronize(inner)
 
 
 def guard_optimizer(inner: Any, dyn: Dynamix) -> Any:
