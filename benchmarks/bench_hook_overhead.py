@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/bench_hook_overhead.py --np 2 --widths 1024 --breakdown
     .venv/bin/python benchmarks/bench_hook_overhead.py --lock /tmp/dynamix-cpu.lock   # each job under flock
 
-Both sides train the same MLP (in 128 -> width -> width -> 10) on the same random data with the
+Both sides train the same MLP (in 128 -> width -> (width -> width) x depth -> 10; ``--depth``,
+default 1: 6 parameter tensors; a deeper one shows a cost per gradient) on the same random data with the
 same per-rank batch (32) and SGD, under ``mpirun -np N``:
   plain   ``hvd.DistributedOptimizer(op=hvd.Average)``; the loop is zero_grad, loss.backward(),
           optimizer.step() over this rank's slice of a shared permutation;
@@ -79,15 +80,15 @@ VARIANTS["gns=True"] = {"gns": True}     # the defaults before session 15 (stati
 
 # ---------------------------------------------------------------------------------------------
 # worker side (under mpirun)
-def _model(width: int):  # noqa: ANN202
+def _model(width: int, depth: int = 1):  # noqa: ANN202
     import torch
 
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(D_IN, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
-                               torch.nn.ReLU(), torch.nn.Linear(width, CLASSES))
+    hidden = [m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
+    return torch.nn.Sequential(torch.nn.Linear(D_IN, width), torch.nn.ReLU(), *hidden, torch.nn.Linear(width, CLASSES))
 
 
-def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tuple[float, ...]:
+def _block(variant: str, width: int, steps: int, warmup: int, data: tuple, depth: int = 1) -> tuple[float, ...]:
     """One block of ``variant``: (steps/s, main-thread CPU microseconds per step; the largest
     over the ranks; decisions and early decisions (react) per 1000 timed steps, and the median
     milliseconds a decision took on this rank (gather, decide, broadcast), 0 for plain) over
@@ -97,7 +98,7 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple) -> tu
     import torch.nn.functional as F
 
     x, y = data
-    model = _model(width)
+    model = _model(width, depth)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     total = warmup + steps
     hvd.allreduce(torch.zeros(1), name="bench.sync")      # start the block together
@@ -227,7 +228,7 @@ def worker(args: argparse.Namespace) -> None:
     data = (torch.randn(200_000, D_IN, generator=g), torch.randint(0, CLASSES, (200_000,), generator=g))
     variants = ["plain", *args.variants.split(",")]
     # calibrate: plain steps per block of about block_s seconds (same count on every rank)
-    rate = _block("plain", args.width, 20, 5, data)[0]
+    rate = _block("plain", args.width, 20, 5, data, args.depth)[0]
     steps = max(20, int(round(rate * args.block_s)))
     rounds: list[dict[str, float]] = []
     cpu_rounds: list[dict[str, float]] = []
@@ -237,7 +238,7 @@ def worker(args: argparse.Namespace) -> None:
         cpu: dict[str, list[float]] = {v: [] for v in variants}
         dec: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
         for v in variants + variants[::-1]:
-            r, c, d, e, ms = _block(v, args.width, steps, args.warmup, data)
+            r, c, d, e, ms = _block(v, args.width, steps, args.warmup, data, args.depth)
             got[v].append(r)
             cpu[v].append(c)
             dec[v].append((d, e, ms))
@@ -245,7 +246,7 @@ def worker(args: argparse.Namespace) -> None:
         cpu_rounds.append({v: statistics.fmean(c) for v, c in cpu.items()})
         dec_rounds.append({v: [statistics.fmean(x[i] for x in d) for i in range(3)] for v, d in dec.items()})
     if hvd.rank() == 0:
-        print("RESULT " + json.dumps({"np": hvd.size(), "width": args.width, "steps_per_block": steps,
+        print("RESULT " + json.dumps({"np": hvd.size(), "width": args.width, "depth": args.depth, "steps_per_block": steps,
                                       "rounds": rounds, "cpu_us": cpu_rounds, "decisions": dec_rounds}), flush=True)
 
 
@@ -255,7 +256,8 @@ def summarise(res: dict) -> list[str]:
     rounds = res["rounds"]
     plain = [r["plain"] for r in rounds]
     p50 = statistics.median(plain)
-    lines = [f"np {res['np']}  width {res['width']:5d}  plain {p50:7.1f} steps/s ({1e3 / p50:5.1f} ms/step), "
+    depth = f" depth {res['depth']}" if res.get("depth", 1) != 1 else ""
+    lines = [f"np {res['np']}  width {res['width']:5d}{depth}  plain {p50:7.1f} steps/s ({1e3 / p50:5.1f} ms/step), "
              f"{len(rounds)} ABBA rounds x {res['steps_per_block']} steps per block"]
     cpu = res.get("cpu_us")
     if cpu:
@@ -285,6 +287,7 @@ def main() -> None:
     p.add_argument("--np", default="2,4", help="world sizes (comma-separated)")
     p.add_argument("--widths", default="256,768,2048", help="MLP hidden widths (step times ~3/15/50 ms at np 2)")
     p.add_argument("--width", type=int, default=256, help=argparse.SUPPRESS)
+    p.add_argument("--depth", type=int, default=1, help="hidden width x width layers (default 1: 6 parameter tensors)")
     p.add_argument("--breakdown", action="store_true", help="also the hook with each feature off")
     p.add_argument("--variants", default=None, help="hook variants to run (comma-separated names of the "
                    "breakdown: hook,gns=False,...; default: hook, or all with --breakdown)")
@@ -310,7 +313,7 @@ def main() -> None:
     for np_ in (int(n) for n in args.np.split(",")):
         for width in (int(w) for w in args.widths.split(",")):
             cmd = [*MPIRUN, "-np", str(np_), sys.executable, "-m", "mpi4py", __file__, "--worker",
-                   "--width", str(width), "--variants", ",".join(variants), "--rounds", str(args.rounds),
+                   "--width", str(width), "--depth", str(args.depth), "--variants", ",".join(variants), "--rounds", str(args.rounds),
                    "--block-s", str(args.block_s), "--warmup", str(args.warmup)]
             if args.lock:
                 cmd = ["flock", args.lock, *cmd]

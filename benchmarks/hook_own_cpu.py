@@ -4,10 +4,10 @@
         256 "hook,all five off,null hook" 5
 
 Arguments: the MLP width, the variants of bench_hook_overhead.py, blocks per variant (1000 timed
-steps each). Each section is timed with time.thread_time (the calling thread's CPU: not inflated
+steps each), optionally the depth (hidden width x width layers, default 1). Each section is timed with time.thread_time (the calling thread's CPU: not inflated
 when the rank is preempted on shared cores; each timed call adds ~1 us of its own). Own CPU per
 step = dyn.optimizer.step() minus Horovod's synchronize and the wrapped optimizer's update, plus
-Horovod's compression wrapper (once per gradient: ``Weighting`` or ``ProbeOnly``, whichever the step installed) and the batches generator's next(); the null
+Horovod's compression wrapper (once per gradient, on steps that install it), the probe's gradient hook and the batches generator's next(); the null
 hook's the same over its proxy's step and its generator (what a plain loop also pays inside
 Horovod's and torch's step wrappers). Sections inside those (read_flags, raised, compressing,
 host, after_update, record_step, detector, begin_micro, decide) are listed per step. Medians over
@@ -71,8 +71,10 @@ b._Proxy.step = timed("step", pstep)
 hopt._DistributedOptimizer.synchronize = timed("hvd_sync", hopt._DistributedOptimizer.synchronize)
 torch.optim.SGD.step = timed("update", torch.optim.SGD.step)
 ap.Weighting.compress = timed("compress", ap.Weighting.compress)
-if hasattr(ap, "ProbeOnly"):     # (since session 18: installed instead of Weighting on uniform steps)
+if hasattr(ap, "ProbeOnly"):     # (session 18: installed instead of Weighting on uniform steps)
     ap.ProbeOnly.compress = timed("compress", ap.ProbeOnly.compress)
+if hasattr(ap.FlagProbe, "_on_grad"):   # (since session 19: the probe's own gradient hook on uniform steps)
+    ap.FlagProbe._on_grad = timed("probe_hook", ap.FlagProbe._on_grad)
 core.DynamixCore.batches = timed_gen("next", core.DynamixCore.batches)
 b._null_batches = timed_gen("next", b._null_batches)
 dh.Dynamix._read_flags = timed("read_flags", dh.Dynamix._read_flags)
@@ -90,15 +92,16 @@ hvd.init(); torch.set_num_threads(1)
 g = torch.Generator().manual_seed(0)
 data = (torch.randn(200_000, b.D_IN, generator=g), torch.randint(0, b.CLASSES, (200_000,), generator=g))
 width = int(sys.argv[1]); variants = sys.argv[2].split(","); rounds = int(sys.argv[3])
+depth = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 res = {v: [] for v in variants}
 for v in variants:
-    b._block(v, width, 200, 20, data)
+    b._block(v, width, 200, 20, data, depth)
 for r in range(rounds):
     for v in variants:
         acc.clear(); steps[0] = 0
-        b._block(v, width, 1000, 60, data)
+        b._block(v, width, 1000, 60, data, depth)
         n = steps[0]
-        own = acc["step"] - acc.get("hvd_sync", 0) - acc.get("update", 0) + acc.get("compress", 0) + acc.get("next", 0)
+        own = acc["step"] - acc.get("hvd_sync", 0) - acc.get("update", 0) + acc.get("compress", 0) + acc.get("probe_hook", 0) + acc.get("next", 0)
         res[v].append((1e6 * own / n, {k: 1e6 * x / n for k, x in acc.items()}))
 out = []
 for v in variants:

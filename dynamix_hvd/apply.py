@@ -26,10 +26,10 @@
                 one-element read (on a GPU a 4-byte device-to-host copy after the allreduce).
                 Needs an elementwise compression (none or fp16); with another the flags go as
                 ``StepFlags``.
-``ProbeOnly``   what Horovod's hook runs on a step with nothing to weigh or sample (a uniform
-                plan, no gradient statistics): the probe's part only. ``Weighting.for_step``
-                picks, per step, the whole wrapper, this, or the user's compression itself (no
-                flags to carry either), so a plain step pays no Python per gradient.
+                On a step whose compression is the user's own (see ``Weighting.for_step``) the
+                element is kept and poisoned from the probe parameter's post-accumulate-grad
+                hook instead, which autograd runs right before Horovod's own hook submits the
+                gradient: one Python call per step, whatever the number of parameters.
 ``StepFlags``   the fallback: the flag vector reduced with ``hvd.allreduce_async_`` beside the
                 gradients and with their op, so Horovod fuses it into the gradients' allreduce;
                 a Horovod tensor of its own every step (measured: 3-7% of a 2-3 ms step).
@@ -99,6 +99,10 @@ class FlagProbe:
     def __init__(self, param: torch.nn.Parameter) -> None:
         self.param = param
         self.sent = False                          # its gradient was handed to Horovod in this step
+        self.armed = False                         # this step the hook below keeps/poisons (no wrapper does)
+        self._flagged: Callable[[], bool] = lambda: False
+        self._submits: Callable[[], bool] = lambda: True
+        self._handle: Any = None
         self._index = (0,) * param.dim()           # its first element, whatever the strides
         self._saved: torch.Tensor | float | None = None   # that element before the allreduce
         self._tensor: torch.Tensor | None = None   # the gradient handed over, and its numpy view
@@ -107,6 +111,34 @@ class FlagProbe:
 
     def reset(self) -> None:
         self.sent = False
+
+    def attach(self, flagged: Callable[[], bool], submits: Callable[[], bool]) -> None:
+        """Keep and poison the element from the parameter's post-accumulate-grad hook on armed
+        steps. ``flagged``: does this rank raise a flag; ``submits``: will Horovod's hook, which
+        autograd runs right after this one, hand the gradient to the allreduce (the last
+        backward of the step)."""
+        self.detach()
+        self._flagged, self._submits = flagged, submits
+        self._handle = self.param.register_post_accumulate_grad_hook(self._on_grad)
+
+    def detach(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def _on_grad(self, param: torch.nn.Parameter) -> None:
+        if self.armed and not self.sent and self._submits():
+            self.compressing(param.grad, self._flagged())
+
+    def submit_missing(self) -> None:
+        """Before Horovod's ``synchronize`` submits the gradients backward did not produce: on
+        an armed step whose probe gradient was not produced (an unused first parameter, a rank
+        that ran out of memory before backward), keep and poison it as Horovod's zero gradient."""
+        if self.armed and not self.sent:
+            p = self.param
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)       # what Horovod would submit for it
+            self.compressing(p.grad, self._flagged())
 
     def _host(self, t: torch.Tensor) -> np.ndarray | None:
         """A numpy view of a CPU tensor with a numpy dtype (None: use tensor ops)."""
@@ -153,28 +185,6 @@ class FlagProbe:
         self.param.grad[self._index] = total / len(values) if average else total
 
 
-class ProbeOnly:
-    """Horovod's compression on a step with nothing to weigh or sample (uniform plan, averaged
-    by Horovod; no gradient statistics) but flags to carry: the probe's element only, then the
-    user's compression. ``Weighting.for_step`` installs it (or the user's compression itself
-    when there are no flags to carry either) instead of the whole ``Weighting``."""
-
-    def __init__(self, inner: Any, probe: FlagProbe, flagged: Callable[[], bool], identity: bool = False) -> None:
-        self.inner, self.probe, self.flagged = inner, probe, flagged
-        self.identity = identity            # inner is Horovod's Compression.none: (tensor, None)
-        self._param = probe.param
-
-    def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        if tensor is self._param.grad:
-            self.probe.compressing(tensor, self.flagged())
-        if self.identity:
-            return tensor, None
-        return self.inner.compress(tensor)
-
-    def decompress(self, tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        return self.inner.decompress(tensor, ctx)
-
-
 _NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
 
 
@@ -193,8 +203,6 @@ class Weighting:
         self.average = False          # this step: Horovod averages (uniform plan), no weight here
         self.probe = probe            # the gradient element that carries the flags, or None
         self.flagged = flagged        # does this rank have a flag to raise in this step?
-        self._probe_only: ProbeOnly | None = None
-        self.identity = False         # the engine says: inner.compress(t) is (t, None)
 
     def reset(self, average: bool = False) -> None:
         self.seen = 0
@@ -205,15 +213,13 @@ class Weighting:
     def for_step(self, capturing: bool) -> Any:
         """The compression object for this step (after ``reset``): this wrapper when it has a
         weight to apply, statistics to take or a flag tensor to send after the last gradient;
-        else only the probe's part (``ProbeOnly``), or the user's compression itself. Horovod
-        looks its ``_compression`` up per gradient, so the engine installs the one returned."""
-        if not self.average or capturing or self.last is not None:
-            return self
-        if self.probe is None:
-            return self.inner
-        if self._probe_only is None or self._probe_only.probe is not self.probe:
-            self._probe_only = ProbeOnly(self.inner, self.probe, self.flagged or (lambda: False), self.identity)
-        return self._probe_only
+        else the user's compression itself, with the probe (if any) armed to keep and poison its
+        element from its gradient hook. Horovod looks its ``_compression`` up per gradient, so
+        the engine installs the one returned."""
+        whole = not self.average or capturing or self.last is not None
+        if self.probe is not None:
+            self.probe.armed = not whole
+        return self if whole else self.inner
 
     def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
         if not self.average:

@@ -84,7 +84,6 @@ class Dynamix(DynamixCore):
                                     on_local=self._on_local if self.config.gns else None, last=self._submit_flags,
                                     flagged=lambda: bool(self.local.oom_batch or self.local.react_flag))
         inner._compression = self._compression = self._weighting     # noqa: SLF001 - installed per step
-        self._weighting.identity = self._weighting.inner is hvd.Compression.none
         self.local.on_new_step = self._new_step
         self._averaging = False     # Horovod's op is Average (uniform step) rather than Sum
         self._flags_read: np.ndarray | None | bool = False    # this step's flags: not read yet
@@ -97,6 +96,8 @@ class Dynamix(DynamixCore):
         inner = self.hvd_optimizer
         self._hooked = bool(inner._requires_update)   # noqa: SLF001 - Horovod registered its hooks
         self._flags: StepFlags | None = None
+        if self._weighting.probe is not None:
+            self._weighting.probe.detach()
         self._weighting.probe = None
         self._weighting.last = None
         if not (self.world > 1 and self._hooked and (self.config.oom_redo or self.config.react)):
@@ -104,7 +105,10 @@ class Dynamix(DynamixCore):
         if self._weighting.inner in (self.hvd.Compression.none, self.hvd.Compression.fp16):
             reduced = inner._requires_update     # noqa: SLF001
             first = next(p for g in inner.param_groups for p in g["params"] if p in reduced)
-            self._weighting.probe = FlagProbe(first)
+            probe = self._weighting.probe = FlagProbe(first)
+            delay = inner._allreduce_delay       # noqa: SLF001 - Horovod's hook submits when it reaches 0
+            probe.attach(self._weighting.flagged or (lambda: False),
+                         (lambda: True) if self.config.accumulation == 1 else (lambda: delay[first] == 1))
         else:
             self._flags = StepFlags(self.hvd, self.rank, self.world)
             self._weighting.last = self._submit_flags    # the flag tensor goes after the last gradient
@@ -136,7 +140,10 @@ class Dynamix(DynamixCore):
         t_entry = time.perf_counter()
         inner = self.hvd_optimizer
         self._check_step_call()
-        if (self._weighting.probe is not None or self._flags is not None) and not inner._synchronized:  # noqa: SLF001
+        probe = self._weighting.probe
+        if (probe is not None or self._flags is not None) and not inner._synchronized:  # noqa: SLF001
+            if probe is not None:
+                probe.submit_missing()
             hvd_synchronize(inner)              # submits what backward did not
         oom = self._read_flags()
         if oom is not None:
@@ -208,6 +215,8 @@ class Dynamix(DynamixCore):
 
     def _synchronize(self) -> None:
         """``optimizer.synchronize()``: Horovod's, then (one rank without hooks) the weight."""
+        if self._weighting.probe is not None and not self.hvd_optimizer._synchronized:  # noqa: SLF001
+            self._weighting.probe.submit_missing()
         hvd_synchronize(self.hvd_optimizer)
         if self.local.current is not None:
             self._read_flags()
@@ -230,6 +239,13 @@ class Dynamix(DynamixCore):
         self.rank, self.world = self.comm.rank, self.comm.size
         self._watchdog = lifecycle.start_watchdog(self)
         self._track()
+
+    def close(self) -> None:
+        """The probe's gradient hook removed, then the core's ``close``."""
+        weighting = getattr(self, "_weighting", None)
+        if weighting is not None and weighting.probe is not None:
+            weighting.probe.detach()
+        super().close()
 
 
 def guard_optimizer(inner: Any, dyn: Dynamix) -> Any:

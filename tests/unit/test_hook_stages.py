@@ -291,16 +291,13 @@ def test_flag_probe_poisons_only_when_flagged_and_restores_the_exact_sum():
 
 def test_for_step_installs_only_what_the_step_needs():
     """Weighting.for_step: the whole wrapper on a step that weighs (not averaged), samples or sends
-    a flag tensor; on a plain averaged step only the probe's part, or the user's compression
-    itself without a probe. ProbeOnly keeps and poisons the probe element like the wrapper and
-    leaves every other gradient alone."""
-    from dynamix_hvd.apply import FlagProbe, ProbeOnly, Weighting
+    a flag tensor; on a plain averaged step the user's compression itself, with the probe armed
+    (its element kept and poisoned from its gradient hook instead of the wrapper)."""
+    from dynamix_hvd.apply import FlagProbe, Weighting
 
     NoCompression = _NoCompression
     w = torch.nn.Parameter(torch.zeros(2, 3))
-    w.grad = torch.arange(6.0).reshape(2, 3) + 1
-    flag = {"on": False}
-    wt = Weighting(NoCompression, 2, scale=lambda: 0.5, on_local=None, last=None, flagged=lambda: flag["on"])
+    wt = Weighting(NoCompression, 2, scale=lambda: 0.5, on_local=None, last=None, flagged=lambda: False)
     wt.reset(average=True)
     assert wt.for_step(capturing=False) is NoCompression     # nothing to do in Horovod's hook
     assert wt.for_step(capturing=True) is wt                 # gradient statistics to take
@@ -308,18 +305,61 @@ def test_for_step_installs_only_what_the_step_needs():
     assert wt.for_step(capturing=False) is wt                # a weight to apply
     wt.probe = probe = FlagProbe(w)
     wt.reset(average=True)
-    po = wt.for_step(capturing=False)
-    assert isinstance(po, ProbeOnly) and wt.for_step(False) is po
+    assert wt.for_step(capturing=False) is NoCompression and probe.armed
+    assert wt.for_step(capturing=True) is wt and not probe.armed
     wt.last = lambda: None                                   # a flag tensor after the last gradient
-    assert wt.for_step(False) is wt
-    other = torch.ones(4)
-    assert po.compress(other)[0] is other and torch.equal(other, torch.ones(4)) and not probe.sent
-    po.compress(w.grad)                                       # no flag: kept, not poisoned, no weight
-    assert probe.sent and probe.local_value() == 1.0 and float(w.grad[0, 0]) == 1.0 and not probe.raised()
-    wt.reset(average=True)
-    flag["on"] = True
-    po.compress(w.grad)
-    assert probe.raised() and torch.equal(w.grad[1], torch.tensor([4.0, 5.0, 6.0]))
+    assert wt.for_step(False) is wt and not probe.armed
+
+
+def test_probe_hook_keeps_and_poisons_before_horovods_hook_submits():
+    """On an armed step the probe parameter's post-accumulate-grad hook keeps and poisons the
+    element, and autograd runs it before the hooks on the parameter's gradient accumulator (where
+    Horovod submits the gradient to the allreduce): the submitted gradient carries the flag.
+    With accumulation only the backward that submits touches it; unarmed, nothing happens."""
+    from dynamix_hvd.apply import FlagProbe
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    w = lin.weight
+    seen: list[float] = []
+    grad_acc = w.expand_as(w).grad_fn.next_functions[0][0]   # what Horovod hooks (horovod/torch/optimizer.py)
+    grad_acc.register_hook(lambda *_: seen.append(float(w.grad[0, 0])))
+    flag = {"on": False}
+    submits = {"now": True}
+    probe = FlagProbe(w)
+    probe.attach(lambda: flag["on"], lambda: submits["now"])
+    x = torch.randn(4, 3)
+
+    probe.armed = True
+    lin(x).sum().backward()
+    kept = float(w.grad[0, 0])
+    assert probe.sent and probe.local_value() == kept and seen == [kept] and not probe.raised()
+
+    probe.reset(); w.grad = None; flag["on"] = True
+    lin(x).sum().backward()
+    assert probe.sent and math.isnan(seen[-1]) and probe.raised() and probe.local_value() == kept
+
+    probe.reset(); w.grad = None; submits["now"] = False     # an earlier micro-batch of the step
+    lin(x).sum().backward()
+    assert not probe.sent and seen[-1] == kept
+    submits["now"] = True                                    # the last one: kept as accumulated, poisoned
+    lin(x).sum().backward()
+    assert probe.sent and math.isnan(seen[-1]) and probe.local_value() == pytest.approx(2 * kept)
+
+    probe.reset(); w.grad = None; probe.armed = False        # the wrapper's step: the hook stays out
+    lin(x).sum().backward()
+    assert not probe.sent and seen[-1] == kept
+    probe.armed = True; flag["on"] = False
+    probe.detach()
+    probe.reset(); w.grad = None
+    lin(x).sum().backward()
+    assert not probe.sent
+
+    probe.attach(lambda: True, lambda: True)                 # no gradient produced: Horovod's zeros, poisoned
+    probe.reset(); w.grad = None
+    probe.submit_missing()
+    assert probe.sent and probe.raised() and probe.local_value() == 0.0 and w.grad.shape == w.shape
+    probe.detach()
 
 
 def test_flag_probe_reads_a_new_storage_of_the_same_gradient():
