@@ -142,9 +142,7 @@ class Dynamix(DynamixCore):
         self._check_step_call()
         probe = self._weighting.probe
         if (probe is not None or self._flags is not None) and not inner._synchronized:  # noqa: SLF001
-            if probe is not None:
-                probe.submit_missing()
-            hvd_synchronize(inner)              # submits what backward did not
+            self._hvd_synchronize()             # submits what backward did not
         oom = self._read_flags()
         if oom is not None:
             skip_and_replan(self, oom)
@@ -215,12 +213,18 @@ class Dynamix(DynamixCore):
 
     def _synchronize(self) -> None:
         """``optimizer.synchronize()``: Horovod's, then (one rank without hooks) the weight."""
-        if self._weighting.probe is not None and not self.hvd_optimizer._synchronized:  # noqa: SLF001
-            self._weighting.probe.submit_missing()
-        hvd_synchronize(self.hvd_optimizer)
+        self._hvd_synchronize()
         if self.local.current is not None:
             self._read_flags()
         self._weigh_locally()
+
+    def _hvd_synchronize(self) -> None:
+        """Horovod's own synchronize; first the probe's element if backward did not submit it
+        (an unused probe parameter: Horovod would submit its gradient without the flags)."""
+        probe = self._weighting.probe
+        if probe is not None and not self.hvd_optimizer._synchronized:  # noqa: SLF001
+            probe.submit_missing()
+        hvd_synchronize(self.hvd_optimizer)
 
     def _weigh_locally(self) -> None:
         """One rank without Horovod's hooks (no allreduce to hook into): apply the weight here."""

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, MIN_EXCESS, Z_MIN, SplitEvidence,  # noqa: F401
+from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, MIN_EXCESS, Z_MIN, LastingGain, SplitEvidence,  # noqa: F401
                                               rel_uncertainty, resplit_gain, split_evidence)
 from dynamix_hvd.controllers.model import ComputeModel
 from dynamix_hvd.controllers.split import equal_time_splits, round_by_time
@@ -60,6 +60,7 @@ class GoodputController(Controller):
         self.min_compute_s, self.z_min = float(min_compute_s), float(z_min)
         self.scales = tuple(float(s) for s in scales)
         self.model = ComputeModel(history=history)
+        self.lasting = LastingGain()
         self.last_fit: dict[str, Any] = {}
         self.last_evidence: SplitEvidence | None = None
 
@@ -140,13 +141,17 @@ class GoodputController(Controller):
                f"global batch held: noise scale not stable (rel. err {state.glob.noise_scale_rel_err:.2f})")
         if g_best < (1.0 + self.switch_gain) * g_now:
             b_int = self._integer(alpha, beta, b_now)
-            gain_split = resplit_gain(alpha, beta, current, b_int) if ev.act and B_now == float(current.sum()) else math.inf
-            if gain_split < MIN_EXCESS:
-                self.last_reason = (f"keep split: {ev.reason}, but re-splitting gains "
-                                    f"{gain_split:.0%} < {MIN_EXCESS:.0%}; {gns}; B {B_now:.0f} kept")
-                return current, float(current.sum())
+            if ev.act and B_now == float(current.sum()):
+                gain_split = resplit_gain(alpha, beta, current, b_int)
+                if not self.lasting.admit(gain_split):
+                    self.last_reason = (f"keep split: {ev.reason}, but {self.lasting.describe(gain_split)}; "
+                                        f"{gns}; B {B_now:.0f} kept")
+                    return current, float(current.sum())
+            else:
+                self.lasting.reset()
             self.last_reason = f"{ev.reason}; {gns}; B {B_now:.0f} kept"
             return b_int, float(b_now.sum())
+        self.lasting.reset()
         self.last_reason = (f"{ev.reason}; {gns}; B {B_now:.0f} -> {B_best:.0f}, predicted goodput "
                             f"{g_best / g_now - 1:+.0%} (the least within the noise scale's error)")
         return self._integer(alpha, beta, b_best), float(b_best.sum())
@@ -173,7 +178,8 @@ class GoodputController(Controller):
         return round_by_time(split, alpha, beta, int(round(float(split.sum()))), self.bounds)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict()}
+        return {"model": self.model.state_dict(), "lasting": self.lasting.streak}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state.get("model", {}))
+        self.lasting.streak = int(state.get("lasting", 0))

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.evidence import MIN_COMPUTE_S, Z_MIN, rel_uncertainty, resplit_gain, split_evidence
+from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, Z_MIN, LastingGain, rel_uncertainty, resplit_gain,
+                                              split_evidence)
 from dynamix_hvd.controllers.model import ComputeModel
 from dynamix_hvd.controllers.split import integer_split
 from dynamix_hvd.plan import PlanBounds
@@ -38,6 +39,7 @@ class ProportionalController(Controller):
         self.threshold = float(threshold)
         self.min_compute_s, self.z_min = float(min_compute_s), float(z_min)
         self.model = ComputeModel(history=history, change_tol=change_tol)
+        self.lasting = LastingGain(full=self.threshold, floor=min(self.threshold, 0.04))
 
     def decide(self, state: ClusterState) -> Sequence[float]:
         current = np.asarray(state.plan.batch_sizes, dtype=float)
@@ -49,11 +51,13 @@ class ProportionalController(Controller):
         pred = alpha + beta * current
         ev = split_evidence(pred, rel_uncertainty(self.model, state), self.min_compute_s, self.z_min)
         if not ev.act:
+            self.lasting.reset()
             self.last_reason = ev.reason
             return list(current)
-        if pred.max() <= (1.0 + self.threshold) * pred.mean():
+        if pred.max() <= (1.0 + self.lasting.floor) * pred.mean():
+            self.lasting.reset()
             self.last_reason = (f"keep split: predicted imbalance {pred.max() / pred.mean() - 1:.0%} "
-                                f"<= threshold {self.threshold:.0%}")
+                                f"<= {self.lasting.floor:.0%}")
             return list(current)
         # integer sizes summing exactly to the current global batch, rounded by predicted time
         new = integer_split(alpha, beta, int(round(float(current.sum()))), self.bounds)
@@ -61,15 +65,16 @@ class ProportionalController(Controller):
         # on b (fixed-cost dominated) a noisy fit would otherwise shift many samples for nothing
         after = (alpha + beta * new).max()
         gain = resplit_gain(alpha, beta, current, new)
-        if gain < self.threshold:
-            self.last_reason = f"keep split: re-splitting gains {gain:.0%} < threshold {self.threshold:.0%}"
+        if not self.lasting.admit(gain):
+            self.last_reason = f"keep split: {self.lasting.describe(gain)}"
             return list(current)
         self.last_reason = (f"{ev.reason}; slowest predicted compute {1e3 * pred.max():.1f} -> "
                             f"{1e3 * after:.1f} ms per step")
         return [float(x) for x in new]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict()}
+        return {"model": self.model.state_dict(), "lasting": self.lasting.streak}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state.get("model", {}))
+        self.lasting.streak = int(state.get("lasting", 0))

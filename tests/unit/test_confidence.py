@@ -282,3 +282,52 @@ def test_goodput_moves_the_global_batch_only_on_a_gain_beyond_the_noise_scales_e
 def test_robust_k_is_validated():
     with pytest.raises(ValueError, match="robust_k"):
         make_controller("goodput", _bounds(2), 32, robust_k=-1.0)
+
+
+# ---------------------------------------------------------------- lasting gains (held out, issue 24)
+def test_lasting_gain_takes_a_full_gain_at_once_and_a_small_one_after_it_lasted():
+    from dynamix_hvd.controllers.evidence import LastingGain
+    g = LastingGain(full=0.10, floor=0.04, need=3)
+    assert g.admit(0.12) and g.streak == 0
+    assert [g.admit(0.07) for _ in range(4)] == [False, False, True, False]
+    g.admit(0.07)
+    assert not g.admit(0.02) and g.streak == 0           # a gain under the floor breaks the streak
+    assert not g.admit(0.07) and not g.admit(0.07)
+    g.reset()
+    assert not g.admit(0.07) and not g.admit(float("nan")) and g.streak == 0
+    with pytest.raises(ValueError, match="floor"):
+        LastingGain(full=0.05, floor=0.06)
+
+
+def _recovered(ctl_decide, n_decisions):
+    """heldout_transient5 after the recovery: five equal ranks (10 ms fixed + 1 ms per sample)
+    still on the slow-time split [36, 36, 36, 16, 36]; re-splitting gains ~9.5% (< 10%)."""
+    t = lambda b: 0.010 + 0.001 * b                                          # noqa: E731
+    for b in (32, 40):                         # every rank timed at two sizes: fixed cost fitted
+        ctl_decide(_state([b] * 5, [t(b)] * 5, se=[2e-4] * 5))
+    out = []
+    for _ in range(n_decisions):
+        sizes = [36, 36, 36, 16, 36]
+        out.append(list(ctl_decide(_state(sizes, [t(b) for b in sizes], se=[2e-4] * 5))))
+    return out
+
+
+@pytest.mark.parametrize("name", ["proportional", "goodput"])
+def test_a_lasting_imbalance_under_the_change_threshold_is_resplit_after_three_decisions(name):
+    ctl = make_controller(name, _bounds(5), 32)
+    out = _recovered(ctl.decide, 3)
+    assert [round(x) for x in out[0]] == [36, 36, 36, 16, 36], ctl.last_reason
+    assert [round(x) for x in out[1]] == [36, 36, 36, 16, 36]
+    assert max(out[2]) <= 33 and min(out[2]) >= 31, (out[2], ctl.last_reason)
+
+
+def test_the_policy_anchor_resplits_a_lasting_imbalance_too():
+    from dynamix_hvd.controllers.policy.actions import BalancedAnchor
+    a, bounds = BalancedAnchor(), _bounds(5)
+
+    def decide(st):
+        a.observe(st)
+        return a.split(st.plan.batch_sizes, float(sum(st.plan.batch_sizes)), bounds)
+    out = _recovered(decide, 3)
+    assert list(out[1]) == [36, 36, 36, 16, 36]
+    assert max(out[2]) <= 33 and min(out[2]) >= 31, out[2]

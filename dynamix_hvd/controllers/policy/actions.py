@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, MIN_EXCESS, Z_MIN, SplitEvidence, rel_uncertainty,
+from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, Z_MIN, LastingGain, SplitEvidence, rel_uncertainty,
                                               resplit_gain, split_evidence)
 from dynamix_hvd.controllers.model import ComputeModel
 from dynamix_hvd.controllers.split import integer_split
@@ -91,6 +91,7 @@ class BalancedAnchor:
 
     def __init__(self, history: int = 16) -> None:
         self.model = ComputeModel(history=history)
+        self.lasting = LastingGain()
         self.evidence: SplitEvidence | None = None   # do the measurements justify a re-split?
         self.reason: str | None = None
 
@@ -111,10 +112,13 @@ class BalancedAnchor:
         alpha, beta = self.model.fit()
         if alpha.size != b.size or not (np.isfinite(alpha).all() and np.isfinite(beta).all()) or \
                 (self.evidence is not None and not self.evidence.act):
+            self.lasting.reset()
             return b * (target / b.sum())
         new = integer_split(alpha, beta, int(round(float(target))), bounds)
-        if abs(target - b.sum()) < 0.5 and resplit_gain(alpha, beta, b, new) < MIN_EXCESS:
-            return b            # the same global batch and a re-split not worth a plan change
+        if abs(target - b.sum()) >= 0.5:
+            self.lasting.reset()
+        elif not self.lasting.admit(resplit_gain(alpha, beta, b, new)):
+            return b            # the same global batch and a re-split not (yet) worth a plan change
         return new
 
     def update_bounds(self, bounds: PlanBounds) -> None:
@@ -134,6 +138,7 @@ class GoodputAnchor(BalancedAnchor):
         from dynamix_hvd.controllers.goodput import GoodputController
         self.goodput = GoodputController(bounds, base_batch, history=history)
         self.model = self.goodput.model          # one fit, shared with the split
+        self.lasting = LastingGain()
         self.B: float | None = None
         self.evidence: SplitEvidence | None = None
         self.reason: str | None = None
