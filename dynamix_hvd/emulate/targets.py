@@ -80,6 +80,25 @@ def baseline_times(tab: Mapping[str, Any]) -> list[float | None]:
     return base
 
 
+def paired_ratios(tab: Mapping[str, Any], name: str) -> list[float | None]:
+    """Per target of ``targets_table``: the median over repeats of ``name``'s time divided by the
+    better of static's and proportional's time *in the same repeat* (``dynamix bench`` runs every
+    controller of a repeat on the same seed, so the seed's own speed cancels). Repeats where a
+    run did not reach the target are left out; None when fewer than half of them remain."""
+    ctl = tab["controllers"]
+    mine = ctl[name]["runs"]
+    bases = [ctl[n]["runs"] for n in ("static", "proportional") if n in ctl]
+    out: list[float | None] = []
+    for j in range(len(tab["targets"])):
+        ratios = []
+        for r, row in enumerate(mine):
+            b = [runs[r][j] for runs in bases if r < len(runs) and runs[r][j] is not None]
+            if row[j] is not None and b and min(b) > 0:
+                ratios.append(row[j] / min(b))
+        out.append(float(np.median(ratios)) if ratios and 2 * len(ratios) >= len(mine) else None)
+    return out
+
+
 def format_targets(tab: Mapping[str, Any]) -> str:
     """Plain-text table: time to each target (x the better of static and proportional), final accuracy."""
     ctl = tab["controllers"]

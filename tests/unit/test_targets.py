@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynamix_hvd.emulate.targets import final_accuracy, late_plan_changes, targets_table, time_to
+from dynamix_hvd.emulate.targets import final_accuracy, late_plan_changes, paired_ratios, targets_table, time_to
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.records import GlobalStats
 from dynamix_hvd.runlog import DecisionRecord, EvalRecord
@@ -32,6 +32,21 @@ def test_targets_are_fractions_of_static_plateau_and_medians_need_a_majority():
     assert tab["controllers"]["fast"]["time_to_target_s"] == [1.0, 2.0]      # 2 of 3 runs reached
     slow = [_evals([0.1] * 6)] * 2 + [_evals([0.9] * 6)]
     assert targets_table({"static": static, "slow": slow})["controllers"]["slow"]["time_to_target_s"][0] is None
+
+
+def test_paired_ratios_divide_by_the_better_baseline_of_the_same_repeat():
+    # repeat 0 is a slow seed for everyone, repeat 1 a fast one: unpaired medians mix them
+    static = [_evals([0.0] * 5 + [0.9] * 5), _evals([0.0, 0.9] + [0.9] * 8), _evals([0.0] * 3 + [0.9] * 7)]
+    prop = [_evals([0.0] * 3 + [0.9] * 7), _evals([0.9] * 10), _evals([0.0] * 2 + [0.9] * 8)]
+    ppo = [_evals([0.0] * 3 + [0.9] * 7), _evals([0.0, 0.9] + [0.9] * 8), _evals([0.0] * 2 + [0.9] * 8)]
+    tab = targets_table({"static": static, "proportional": prop, "ppo": ppo}, fractions=(1.0,))
+    # per repeat: 4/4, 2/1, 3/3 -> median 1.0; proportional against itself is 1.0
+    assert paired_ratios(tab, "ppo") == [pytest.approx(1.0)]
+    assert paired_ratios(tab, "proportional") == [pytest.approx(1.0)]
+    assert paired_ratios(tab, "static") == [pytest.approx(1.5)]        # 6/4, 2/1, 4/3
+    late = [_evals([0.0] * 10)] * 2 + [_evals([0.9] * 10)]
+    tab = targets_table({"static": static, "proportional": prop, "late": late}, fractions=(1.0,))
+    assert paired_ratios(tab, "late") == [None]                          # 1 of 3 repeats reached
 
 
 def test_late_plan_changes_counts_changes_after_the_cut():
