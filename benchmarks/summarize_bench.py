@@ -14,7 +14,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from dynamix_hvd.emulate.targets import baseline_times, format_targets, late_plan_changes, targets_table
+from dynamix_hvd.emulate.targets import baseline_times, format_targets, late_plan_changes, paired_ratios, targets_table
 from dynamix_hvd.runlog import read_decisions, read_evals
 
 
