@@ -32,7 +32,8 @@ class LocalState:
         self.sampler, self.params, self.progress = sampler, list(params), progress
         self.meter = StepMeter(capacity=min(max(256, 2 * config.interval_steps), 8192))
         self.gns = GradNoise(rank, world, config.gns_every, config.gns_beta, config.gns_samples)
-        self.detector = ChangeDetector(tol=config.react_tol) if config.react else None
+        # a change must last a tenth of the decision spacing: shorter bursts are this machine's noise (react.py)
+        self.detector = ChangeDetector(tol=config.react_tol, min_run_s=0.1 * config.min_decision_s) if config.react else None
         self.pending: collections.deque[tuple[StepSlice, int, int]] = collections.deque()
         self.current: tuple[StepSlice, int, int] | None = None   # (slice, micro index, n samples)
         self.consumed = sampler.position()     # position after the last *trained* step

@@ -26,7 +26,14 @@ the same change a step later do not ask for a second decision.
 
 Scheduling noise can fake a step-time change: in session 7, one of five hetero8 runs (8 ranks on
 2 cores, no event) took one such decision. It cost that decision, and the plan stayed (deadband).
-A step-time-only change does not restart any rank's compute model."""
+A step-time-only change does not restart any rank's compute model.
+
+A change must also have lasted ``min_run_s`` seconds (the hook: a tenth of ``min_decision_s``,
+50 ms by default), however many steps that takes (at most half the window). Measured (issue 25,
+session 20, the overhead bench: 2 identical ranks, ~2 ms steps, no event): the step time jumps
+between ~2 and ~3.8 ms for 3-5 steps at a time, and those bursts confirmed a "change" 2-4 times
+per 1000 steps, each an early decision of ~1.5 ms (two thirds of all decisions). At the
+scenarios' 30-100 ms steps three steps already last longer than 50 ms: nothing changes there."""
 from __future__ import annotations
 
 import bisect
@@ -47,7 +54,7 @@ class ChangeDetector:
     """Flags a sustained change of this rank's per-step compute or step time under one plan."""
 
     def __init__(self, tol: float = 0.5, confirm: int = 3, reference: int = 5, window: int = 32,
-                 plan_tol: float = 0.1) -> None:
+                 plan_tol: float = 0.1, min_run_s: float = 0.0) -> None:
         if not tol > 0:
             raise ValueError(f"tol={tol}: must be > 0")
         if not plan_tol >= 0:
@@ -56,11 +63,14 @@ class ChangeDetector:
             raise ValueError(f"confirm={confirm}, reference={reference}: must be >= 1")
         if window < confirm + reference:
             raise ValueError(f"window={window}: must be >= confirm + reference = {confirm + reference}")
+        if not min_run_s >= 0:
+            raise ValueError(f"min_run_s={min_run_s}: must be >= 0")
         self.tol, self.confirm, self.reference, self.window = float(tol), int(confirm), int(reference), int(window)
         self.plan_tol = float(plan_tol)
         self._sizes: tuple[float, float] | None = None   # (own batch, global batch) the history is under
-        self._compute = _Series(self.confirm, self.reference, self.window, self.tol)
-        self._step = _Series(self.confirm, self.reference, self.window, self.tol)
+        self.min_run_s = float(min_run_s)
+        self._compute = _Series(self.confirm, self.reference, self.window, self.tol, self.min_run_s)
+        self._step = _Series(self.confirm, self.reference, self.window, self.tol, self.min_run_s)
 
     def reset(self) -> None:
         self._sizes = None
@@ -119,8 +129,9 @@ class _Series:
     or 1e-4 alike, so those are not noise of this kind (not yet attributed: the bench blocks'
     start-up, the machine's speed-mode switches)."""
 
-    def __init__(self, confirm: int, reference: int, window: int, tol: float) -> None:
+    def __init__(self, confirm: int, reference: int, window: int, tol: float, min_run_s: float = 0.0) -> None:
         self.n, self.min_len, self.window = confirm, confirm + reference, window
+        self.min_run_s = min_run_s
         self.up, self.down = 1.0 + tol, 1.0 / (1.0 + tol)
         self.xs: list[float] = []
         self.ref: list[float] = []     # sorted xs[:-n]
@@ -156,4 +167,6 @@ class _Series:
         out = m - bisect.bisect_right(ref, hi) + bisect.bisect_left(ref, lo) - inside_run
         p = (out + 1) / (m - inside_run + 2)
         need = max(n, min(math.ceil(math.log(FALSE_ALARM) / math.log(p)), self.window // 2))
-        return run if run >= need else 0
+        if run < need or (self.min_run_s > 0 and sum(xs[-run:]) < self.min_run_s):
+            return 0
+        return run

@@ -169,3 +169,30 @@ def test_noisy_steps_need_a_longer_run_but_a_quiet_series_reacts_as_before():
     got = [det.add(32, 128, 0.04, 0.044) for _ in range(16)]
     first = next(i for i, g in enumerate(got) if g is not None)
     assert 3 <= first + 1 <= 16 and got[first].steps_since == first + 1, first
+
+
+def test_a_change_must_last_min_run_s_however_short_the_steps():
+    """Issue 25, session 20: on ~2 ms steps the step time jumps to ~3.8 ms for 3-5 steps at a
+    time on this machine; each burst took an early decision. With ``min_run_s`` (the hook: a
+    tenth of ``min_decision_s``) a change must last that long; long steps are not affected."""
+    rng = np.random.default_rng(1)
+
+    def bursts(det):
+        fired = 0
+        for t in range(2000):
+            s = 0.0038 if t % 40 in (20, 21, 22, 23) else 0.002 * (1 + 0.05 * rng.random())
+            fired += det.add(32, 128, 0.001, s) is not None
+        return fired
+    assert bursts(ChangeDetector(min_run_s=0.0)) > 10           # the old rule: every burst
+    assert bursts(ChangeDetector(min_run_s=0.05)) == 0
+    det = ChangeDetector(min_run_s=0.05)                         # a lasting 2 -> 4 ms change
+    for _ in range(30):
+        det.add(32, 128, 0.001, 0.002)
+    got = [det.add(32, 128, 0.001, 0.004) for _ in range(16)]
+    first = next(i for i, g in enumerate(got) if g is not None)
+    assert first + 1 == 13 and got[first].step and not got[first].compute   # 13 x 4 ms >= 50 ms
+    det = ChangeDetector(min_run_s=0.05)                         # scenario-length steps: 3 steps
+    out = _feed(det, 16, [0.035] * 30 + [0.131] * 4, [0.045] * 30 + [0.141] * 4)
+    assert [i for i, ch in enumerate(out) if ch is not None] == [32]
+    with pytest.raises(ValueError, match="min_run_s"):
+        ChangeDetector(min_run_s=-1)
