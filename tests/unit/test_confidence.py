@@ -331,3 +331,18 @@ def test_the_policy_anchor_resplits_a_lasting_imbalance_too():
     out = _recovered(decide, 3)
     assert list(out[1]) == [36, 36, 36, 16, 36]
     assert max(out[2]) <= 33 and min(out[2]) >= 31, out[2]
+
+
+@pytest.mark.parametrize("name", ["proportional", "goodput", "ppo"])
+def test_a_checkpoint_keeps_the_lasting_gain_streak(name):
+    ctl = make_controller(name, _bounds(5), 32)
+    t = lambda b: 0.010 + 0.001 * b                                          # noqa: E731
+    for b in (32, 40):
+        ctl.decide(_state([b] * 5, [t(b)] * 5, se=[2e-4] * 5))
+    sizes = [36, 36, 36, 16, 36]
+    ctl.decide(_state(sizes, [t(b) for b in sizes], se=[2e-4] * 5))
+    lasting = ctl.anchor.lasting if name == "ppo" else ctl.lasting
+    fresh = make_controller(name, _bounds(5), 32)
+    fresh.load_state_dict(ctl.state_dict())
+    got = fresh.anchor.lasting if name == "ppo" else fresh.lasting
+    assert lasting.streak == 1 and got.streak == 1

@@ -125,10 +125,11 @@ class BalancedAnchor:
         """Bounds are passed to ``split``; nothing is kept."""
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict()}
+        return {"model": self.model.state_dict(), "lasting": self.lasting.streak}
 
     def load_state_dict(self, state: Mapping) -> None:
         self.model.load_state_dict(dict(state.get("model", {})))
+        self.lasting.streak = int(state.get("lasting", 0))
 
 
 class GoodputAnchor(BalancedAnchor):
@@ -157,11 +158,14 @@ class GoodputAnchor(BalancedAnchor):
         self.goodput.update_bounds(bounds)
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "B": self.B}
+        return {"model": self.model.state_dict(), "B": self.B, "lasting": self.lasting.streak,
+                "goodput_lasting": self.goodput.lasting.streak}
 
     def load_state_dict(self, state: Mapping) -> None:
         self.model.load_state_dict(dict(state.get("model", {})))
         self.B = state.get("B")
+        self.lasting.streak = int(state.get("lasting", 0))
+        self.goodput.lasting.streak = int(state.get("goodput_lasting", 0))
 
 
 def make_anchor(config: ActionConfig, bounds: PlanBounds, base_batch: int) -> BalancedAnchor | None:
