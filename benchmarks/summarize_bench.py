@@ -27,10 +27,10 @@ def smoothed(evals: list, k: int) -> list:
             for i, e in enumerate(evals)]
 
 
-def _repeat(name: str) -> int:
-    """Repeat index of a run directory: ``ppo`` 0, ``ppo.r2`` 2."""
-    tail = name.split(".r")[1] if ".r" in name else "0"
-    return int(tail) if tail.isdigit() else 0
+def _run_key(name: str) -> tuple[str, int]:
+    """(controller, repeat index) of a run directory: ``ppo`` -> ("ppo", 0), ``ppo.r2`` -> ("ppo", 2)."""
+    ctl, _, rep = name.partition(".r")
+    return ctl, int(rep) if rep.isdigit() else 0
 
 
 def main() -> int:
@@ -54,9 +54,9 @@ def main() -> int:
             fractions = [float(x) for x in args.fractions.split(",")]
     out = Path(args.out)
     runs: dict[str, list[Path]] = {}
-    for d in sorted(out.iterdir(), key=lambda d: (d.name.split(".r")[0], _repeat(d.name))):
+    for d in sorted(out.iterdir(), key=lambda d: _run_key(d.name)):
         if d.is_dir() and (d / "evals.jsonl").exists():
-            runs.setdefault(d.name.split(".r")[0], []).append(d)
+            runs.setdefault(_run_key(d.name)[0], []).append(d)
     evals = {n: [smoothed(read_evals(d / "evals.jsonl"), args.smooth) for d in ds] for n, ds in runs.items()}
     if args.smooth > 1:
         print(f"(accuracy: trailing mean of {args.smooth} evaluations)")
@@ -77,13 +77,11 @@ def main() -> int:
               "repeat (same seed)")
         for n in tab["controllers"]:
             r = paired_ratios(tab, n)
-            cells = [f"{x:.2f}x" if x is not None else "-" for x in r]
-            worst = max((x, f) for x, f in zip(r, tab["fractions"]) if x is not None) if any(
-                x is not None for x in r) else None
-            line = f"  {n:<13} " + " ".join(cells) if len(cells) <= 4 else f"  {n:<13}"
-            if worst and len(cells) > 4:
-                line += f" largest {worst[0]:.2f}x at {worst[1]:.2f}"
-            print(line)
+            if len(r) <= 4:
+                print(f"  {n:<13} " + " ".join(f"{x:.2f}x" if x is not None else "-" for x in r))
+                continue
+            reached = [(x, f) for x, f in zip(r, tab["fractions"]) if x is not None]
+            print(f"  {n:<13}" + (" largest {:.2f}x at {:.2f}".format(*max(reached)) if reached else ""))
     print(f"\nplan changes per 10 s after the first {args.after_s:.0f} s (per run)")
     for n, ds in runs.items():
         rates = []

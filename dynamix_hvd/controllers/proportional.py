@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.controllers.base import Controller
-from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, Z_MIN, LastingGain, rel_uncertainty, resplit_gain,
-                                              split_evidence)
+from dynamix_hvd.controllers.evidence import (MIN_COMPUTE_S, MIN_LASTING_GAIN, Z_MIN, LastingGain, rel_uncertainty,
+                                              resplit_gain, split_evidence)
 from dynamix_hvd.controllers.model import ComputeModel
 from dynamix_hvd.controllers.split import integer_split
 from dynamix_hvd.plan import PlanBounds
@@ -39,7 +39,7 @@ class ProportionalController(Controller):
         self.threshold = float(threshold)
         self.min_compute_s, self.z_min = float(min_compute_s), float(z_min)
         self.model = ComputeModel(history=history, change_tol=change_tol)
-        self.lasting = LastingGain(full=self.threshold, floor=min(self.threshold, 0.04))
+        self.lasting = LastingGain(full=self.threshold, floor=min(self.threshold, MIN_LASTING_GAIN))
 
     def decide(self, state: ClusterState) -> Sequence[float]:
         current = np.asarray(state.plan.batch_sizes, dtype=float)
