@@ -54,6 +54,8 @@ BATCH_FIT_MIN = 32       # stale ranks from which ComputeModel refits them in on
 POOL_TOL = 0.15          # ranks whose times agree within this share (carried to one size) pool their shape
 POOL_TOL_MAX = 0.30      # ... or within 3 standard errors of their latest time, up to this share
 POOL_ITERS = 8           # alternations of the pooled fit (group shape, rank levels)
+TIE_Z = 3.0              # ranks whose predicted times differ by less than this many standard errors are tied
+TIE_TOL_MAX = 0.10       # ... and by less than this share (a noisy interval does not tie unlike ranks)
 
 
 def _identified_runs(b: np.ndarray, starts: np.ndarray, cnt: np.ndarray) -> np.ndarray:
@@ -80,7 +82,7 @@ def _combined_rel_se(points: Sequence[tuple[float, float, float]]) -> float:
 class ComputeModel:
     """Bounded (b, t, weight) history per rank, change detection, and the fitted (alpha, beta)."""
 
-    def __init__(self, history: int = 16, change_tol: float = 0.3, pool: bool = True) -> None:
+    def __init__(self, history: int = 16, change_tol: float = 0.3, pool: bool = True, tie: bool = True) -> None:
         if history < 1:
             raise ValueError(f"history={history}: must be >= 1")
         if not change_tol > 0:
@@ -90,6 +92,8 @@ class ComputeModel:
         # (``_pooled``); on by default since session 18 (measured live on hetero16, hetero8,
         # hetero4x, node_slowdown, trace_cov, hetero6_bn, link_degrade; README, issue 24)
         self.pool = bool(pool)
+        # ranks whose times the measurements cannot tell apart get one fit (``_tied``)
+        self.tie = bool(tie)
         self.obs: list[deque] = []
         self.pending: list = []    # per rank: (sign, (b, t, weight)) of an unconfirmed deviation, or None
         self.prior: list = []      # per rank: the (alpha, beta) fitted before the last restart, or None
@@ -242,6 +246,8 @@ class ComputeModel:
         beta = np.array([f[1] for f in fits], dtype=float)
         if self.pool:
             alpha, beta = self._pooled(alpha, beta)
+        if self.tie:
+            alpha, beta = self._tied(alpha, beta)
         if all(math.isfinite(f[1]) for f in fits):
             return alpha, beta
         if np.isfinite(beta).any():
@@ -334,6 +340,55 @@ class ComputeModel:
             alpha, beta = alpha.copy(), beta.copy()
             alpha[idx[use]] = scale[use] * fixed[group[use]]
             beta[idx[use]] = scale[use] * slope[group[use]]
+        return alpha, beta
+
+    def _tied(self, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Ranks whose predicted times the measurements cannot tell apart share one fit.
+
+        Each rank's time is predicted by its fit at 0.5, 1 and 1.5 times one size (the median of
+        the latest sizes: the shapes must agree too, or a rank whose fixed cost is identified would
+        be averaged with one timed at one size); walking the ranks from the fastest, a rank joins
+        the group of the first (the seed) when the three predictions differ by at most ``TIE_Z`` combined standard errors of their latest
+        intervals (``rel_se`` of the latest point; no tie where it is unknown) and at most
+        ``TIE_TOL_MAX`` (a first interval at 13-20% error would otherwise tie a 0.6 and a 1.2
+        ms/sample rank, hetero6_bn), and every member of
+        a group of two or more gets the group's mean (alpha, beta). Equal ranks then get equal
+        splits, and ``round_by_time`` gives a remainder to the lowest ranks, so the plan does not
+        depend on which of them happened to time a few percent slower. Live (issue 24, session
+        20), the three equal ranks of hetero4x_resnet timed 48-52 ms at 1-4% standard error in the
+        first interval and were split [36, 39, 37], [39, 36, 37], [37, 38, 37] ... in runs of one
+        seed; with BatchNorm, which rank holds which samples moves the time to a target by up to
+        20% either way, so two controllers with the same policy differed by that much. The
+        tolerance is the evidence rule's (a difference of less than 3 standard errors is not
+        acted on, ``evidence.split_evidence``)."""
+        counts = np.array([len(d) for d in self.obs], dtype=int)
+        ok = (counts > 0) & np.isfinite(alpha) & np.isfinite(beta) & (beta > 0)
+        idx = np.flatnonzero(ok)
+        if idx.size < 2:
+            return alpha, beta
+        last = np.array([self.obs[int(i)][-1] for i in idx], dtype=float)
+        ref = float(np.median(last[:, 0]))
+        t = alpha[idx] + beta[idx] * ref
+        half, twice = alpha[idx] + beta[idx] * (0.5 * ref), alpha[idx] + beta[idx] * (1.5 * ref)
+        rel = np.where(np.isfinite(last[:, 2]) & (last[:, 2] > 0), last[:, 2], 0.0)
+        order = np.argsort(t, kind="stable").tolist()
+        tl, hl, wl, rl = t.tolist(), half.tolist(), twice.tolist(), rel.tolist()
+        group = np.empty(idx.size, dtype=int)
+        g, s = -1, 0
+        for k in order:
+            tol = min(TIE_Z * math.hypot(rl[k], rl[s]), TIE_TOL_MAX)
+            if g < 0 or not (tol > 0 and all(abs(x[k] / x[s] - 1.0) <= tol for x in (tl, hl, wl))):
+                g, s = g + 1, k
+            group[k] = g
+        members = np.bincount(group)
+        if members.max() < 2:
+            return alpha, beta
+        alpha, beta = alpha.copy(), beta.copy()
+        a_mean = np.bincount(group, weights=alpha[idx]) / members
+        b_mean = np.bincount(group, weights=beta[idx]) / members
+        many = members[group] >= 2
+        alpha[idx[many]] = a_mean[group[many]]
+        beta[idx[many]] = b_mean[group[many]]
         return alpha, beta
 
     def fit_rank(self, i: int) -> tuple[float, float]:

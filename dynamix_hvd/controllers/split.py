@@ -100,7 +100,8 @@ def round_by_time(split: np.ndarray, alpha: np.ndarray, beta: np.ndarray, total:
             k = min(deficit // step, int(ok.sum()))
             if k > 0:
                 t = np.where(ok, alpha + beta * (b + step), np.inf)
-                pick = np.argpartition(t, k - 1)[:k] if k < n else np.flatnonzero(ok)
+                # the k smallest times, ties to the lowest ranks (stable): equal ranks split alike
+                pick = np.argsort(t, kind="stable")[:k] if k < n else np.flatnonzero(ok)
                 b[pick] += step
     while int(b.sum()) > total:          # the floors of the bounds took more than the total
         ok = b - 1 >= lo_b

@@ -629,7 +629,7 @@ def test_compute_model_pools_the_shape_of_ranks_that_measure_alike():
     from dynamix_hvd.controllers.split import integer_split
 
     def model(pool):
-        m = ComputeModel(history=16, pool=pool)
+        m = ComputeModel(history=16, pool=pool, tie=False)     # pooling alone (ties: test_compute_model_ties_...)
         # the measured interval means (ppo run 1, steps 20 and 30)
         m.add([8] * 4, [0.0391, 0.0400, 0.0390, 0.0432], rel_se=[0.016, 0.031, 0.017, 0.073])
         m.add([11, 10, 11, 10], [0.0464, 0.0453, 0.0445, 0.0437], rel_se=[0.021, 0.029, 0.008, 0.028])
@@ -671,8 +671,8 @@ def test_compute_model_pooling_equals_its_definition():
     checked = 0
     for trial in range(12):
         n = int(rng.integers(2, 40))
-        a = ComputeModel(history=int(rng.integers(2, 17)), pool=True)
-        u = Unpooled(history=a.history)
+        a = ComputeModel(history=int(rng.integers(2, 17)), pool=True, tie=False)
+        u = Unpooled(history=a.history, tie=False)
         for sizes, times, rel, changed in _random_intervals(rng, n, 12, 0.2, 0.4, 0.03, 0.1):
             for m in (a, u):
                 m.add(sizes, times, changed=changed, rel_se=rel)
@@ -703,3 +703,57 @@ def test_compute_model_pooling_keeps_each_ranks_level_out_of_the_shape():
     alone, pooled = fitted(False), fitted(True)
     assert pooled[0][5] < 0.020 and pooled[1][5] > 1.5e-3, pooled          # not the flat shape
     assert np.abs(integer_split(*pooled, 128, bounds) - integer_split(*alone, 128, bounds)).max() <= 1
+
+
+# the first interval of hetero4x_resnet live (session 20, 10 runs of one seed): compute ms and
+# relative standard error % of three equal ranks (12 ms + 1 ms/sample) and a slow one (4 ms/sample)
+_HETERO4X_RESNET_FIRST = [
+    [(49.6, 1.7), (50.0, 1.6), (48.4, 1.1), (145.1, 0.4)], [(51.5, 2.6), (48.8, 1.2), (50.4, 2.5), (144.8, 0.4)],
+    [(48.5, 1.0), (51.4, 1.9), (50.3, 2.7), (145.3, 0.4)], [(51.9, 4.1), (51.5, 4.0), (50.1, 3.7), (145.2, 0.5)],
+    [(49.2, 1.3), (50.3, 3.1), (49.2, 2.5), (145.2, 0.4)], [(50.2, 1.2), (49.8, 2.5), (49.6, 2.5), (145.9, 1.0)],
+    [(48.8, 1.9), (48.1, 1.4), (49.0, 2.0), (144.3, 0.4)], [(51.1, 2.1), (48.3, 1.0), (50.1, 1.9), (145.4, 0.5)],
+    [(50.6, 2.6), (50.1, 2.4), (49.9, 1.7), (145.3, 0.4)], [(49.9, 1.1), (49.4, 2.1), (49.8, 2.1), (145.2, 0.4)]]
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_compute_model_ties_ranks_the_measurements_cannot_tell_apart(tie):
+    # issue 24: with BatchNorm, which equal rank holds a sample or two more moves the time to a
+    # target by up to 20% either way; the split of equal ranks followed their timing noise
+    from dynamix_hvd.controllers.model import ComputeModel
+    from dynamix_hvd.controllers.split import integer_split
+    bounds = PlanBounds(max_batch=(160, 256, 256, 256), min_batch=16, deadband=0.0)
+    plans = set()
+    for run in _HETERO4X_RESNET_FIRST:
+        m = ComputeModel(tie=tie)
+        m.add([32] * 4, [t / 1e3 for t, _ in run], rel_se=[r / 100 for _, r in run])
+        plans.add(tuple(int(x) for x in integer_split(*m.fit(), 128, bounds)))
+    if tie:
+        assert plans == {(38, 37, 37, 16)}, plans        # one plan; the remainder to the lowest rank
+    else:
+        assert len(plans) >= 3, plans                    # the failure: a plan per run
+
+
+def test_compute_model_ties_only_within_the_noise_and_the_same_shape():
+    from dynamix_hvd.controllers.model import ComputeModel
+    # 2.0 and 2.5 ms/sample at 1-2% error (hetero8): 25% apart, not tied
+    m = ComputeModel()
+    m.add([16, 16], [0.052, 0.060], rel_se=[0.01, 0.02])
+    a, b = m.fit()
+    assert b[0] != b[1]
+    # 4% apart at 0.3% error: 9 standard errors, not tied; at 2%: tied
+    for r, tied in ((0.003, False), (0.02, True)):
+        m = ComputeModel()
+        m.add([16, 16], [0.050, 0.052], rel_se=[r, r])
+        a, b = m.fit()
+        assert (b[0] == b[1]) == tied, (r, b)
+    # an unknown error ties nothing
+    m = ComputeModel()
+    m.add([16, 16], [0.050, 0.0501])
+    assert m.fit()[1][0] != m.fit()[1][1]
+    # equal at the current size, but rank 0 identified (10 ms + 1 ms/sample) and rank 1 timed at
+    # one size only (through the origin, 1.4 ms/sample): not tied, the shapes differ
+    m = ComputeModel(pool=False)
+    m.add([20, 25], [0.030, 0.035], rel_se=[0.02, 0.02])
+    m.add([30, 25], [0.040, 0.035], rel_se=[0.02, 0.02])
+    a, b = m.fit()
+    assert a[0] > 0.009 and a[1] == 0.0, (a, b)
