@@ -53,6 +53,7 @@ VARIANTS = {
     "all four off": {"gns": False, "react": False, "oom_redo": False, "collector": False},
     "all five off": {"gns": False, "react": False, "oom_redo": False, "collector": False, "stall_timeout_s": 0},
     "min_decision_s=0": {"min_decision_s": 0},       # a decision every interval_steps (10) steps
+    "min_decision_s=5": {"min_decision_s": 5},       # a decision every 5 s: what the decisions cost
     "gns_every=8": {"gns_every": 8},                 # gradient statistics on every 8th step (default 2)
     # the defaults with a controller that reads the noise scale (gns auto: on), uneven plans never
     # arise here (identical ranks, B held at B0 without an LR rule)
