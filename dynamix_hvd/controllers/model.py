@@ -255,6 +255,14 @@ class ComputeModel:
             beta = np.where(np.isfinite(beta), beta, np.nanmean(beta))
         return alpha, beta
 
+    def _fitted_latest(self, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(points per rank, the ranks with points and a finite fit of positive slope, their
+        latest (b, t, rel. error) as an (m, 3) array): what ``_pooled`` and ``_tied`` compare."""
+        counts = np.array([len(d) for d in self.obs], dtype=int)
+        idx = np.flatnonzero((counts > 0) & np.isfinite(alpha) & np.isfinite(beta) & (beta > 0))
+        last = np.array([self.obs[int(i)][-1] for i in idx], dtype=float).reshape(-1, 3)
+        return counts, idx, last
+
     def _pooled(self, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Ranks that measure alike share the shape of their time curve, each keeping its level.
 
@@ -279,12 +287,9 @@ class ComputeModel:
         + 1.2 ms/sample, given 7 samples instead of 10-11; 16.8 + 1.76 with levels). This version
         is on by default since it was measured live (session 18: hetero16 0.98x at worst).
         One numpy pass over all ranks' points (the grouping walk is O(N) Python)."""
-        counts = np.array([len(d) for d in self.obs], dtype=int)
-        ok = (counts > 0) & np.isfinite(alpha) & np.isfinite(beta) & (beta > 0)
-        idx = np.flatnonzero(ok)
+        counts, idx, last = self._fitted_latest(alpha, beta)
         if idx.size < 2:
             return alpha, beta
-        last = np.array([self.obs[int(i)][-1] for i in idx], dtype=float)
         a, bt, lb, lt = alpha[idx], beta[idx], last[:, 0], last[:, 1]
         order = np.argsort(lt * (a + bt * float(np.median(lb))) / (a + bt * lb), kind="stable").tolist()
         rel = np.where(np.isfinite(last[:, 2]) & (last[:, 2] > 0), last[:, 2], 0.0)
@@ -361,12 +366,9 @@ class ComputeModel:
         20% either way, so two controllers with the same policy differed by that much. The
         tolerance is the evidence rule's (a difference of less than 3 standard errors is not
         acted on, ``evidence.split_evidence``)."""
-        counts = np.array([len(d) for d in self.obs], dtype=int)
-        ok = (counts > 0) & np.isfinite(alpha) & np.isfinite(beta) & (beta > 0)
-        idx = np.flatnonzero(ok)
+        _, idx, last = self._fitted_latest(alpha, beta)
         if idx.size < 2:
             return alpha, beta
-        last = np.array([self.obs[int(i)][-1] for i in idx], dtype=float)
         ref = float(np.median(last[:, 0]))
         t = alpha[idx] + beta[idx] * ref
         half, twice = alpha[idx] + beta[idx] * (0.5 * ref), alpha[idx] + beta[idx] * (1.5 * ref)
