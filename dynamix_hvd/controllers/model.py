@@ -375,13 +375,18 @@ class ComputeModel:
         rel = np.where(np.isfinite(last[:, 2]) & (last[:, 2] > 0), last[:, 2], 0.0)
         order = np.argsort(t, kind="stable").tolist()
         tl, hl, wl, rl = t.tolist(), half.tolist(), twice.tolist(), rel.tolist()
-        group = np.empty(idx.size, dtype=int)
-        g, s = -1, 0
+        gl = [0] * idx.size
+        g, s = -1, -1
         for k in order:
-            tol = min(TIE_Z * math.hypot(rl[k], rl[s]), TIE_TOL_MAX)
-            if g < 0 or not (tol > 0 and all(abs(x[k] / x[s] - 1.0) <= tol for x in (tl, hl, wl))):
-                g, s = g + 1, k
-            group[k] = g
+            if s >= 0:
+                tol = min(TIE_Z * math.hypot(rl[k], rl[s]), TIE_TOL_MAX)
+                if (tol > 0 and abs(tl[k] / tl[s] - 1.0) <= tol and abs(hl[k] / hl[s] - 1.0) <= tol
+                        and abs(wl[k] / wl[s] - 1.0) <= tol):
+                    gl[k] = g
+                    continue
+            g, s = g + 1, k
+            gl[k] = g
+        group = np.array(gl, dtype=int)
         members = np.bincount(group)
         if members.max() < 2:
             return alpha, beta
