@@ -4,6 +4,12 @@
     .venv/bin/python benchmarks/bench_hook_overhead.py --np 2 --widths 1024 --breakdown
     .venv/bin/python benchmarks/bench_hook_overhead.py --lock /tmp/dynamix-cpu.lock   # each job under flock
 
+With ``--device-ms X`` every variant sleeps X ms per step between the forward and the backward: an
+emulated accelerator, during which the CPU idles as on a GPU node. With all compute on this
+machine's 2 cores, 4 ranks at ~15 ms steps are CPU-saturated (session 21: 4.3 ms of main-thread
+CPU per 15.6 ms step per rank, plus Horovod's threads), so their ratio measures the total CPU
+demand of the 4 processes, not what the hook costs a GPU job (null hook alone 0.94x, rounds 0.64-1.17).
+
 Both sides train the same MLP (in 128 -> width -> (width -> width) x depth -> 10; ``--depth``,
 default 1: 6 parameter tensors; a deeper one shows a cost per gradient) on the same random data with the
 same per-rank batch (32) and SGD, under ``mpirun -np N``:
@@ -89,11 +95,13 @@ def _model(width: int, depth: int = 1):  # noqa: ANN202
     return torch.nn.Sequential(torch.nn.Linear(D_IN, width), torch.nn.ReLU(), *hidden, torch.nn.Linear(width, CLASSES))
 
 
-def _block(variant: str, width: int, steps: int, warmup: int, data: tuple, depth: int = 1) -> tuple[float, ...]:
+def _block(variant: str, width: int, steps: int, warmup: int, data: tuple, depth: int = 1,
+           device_ms: float = 0.0) -> tuple[float, ...]:
     """One block of ``variant``: (steps/s, main-thread CPU microseconds per step; the largest
     over the ranks; decisions and early decisions (react) per 1000 timed steps, and the median
     milliseconds a decision took on this rank (gather, decide, broadcast), 0 for plain) over
-    ``steps`` timed steps after ``warmup``."""
+    ``steps`` timed steps after ``warmup``. ``device_ms``: the emulated accelerator's time per
+    step, slept between the forward and the backward (the same in every variant)."""
     import horovod.torch as hvd
     import torch
     import torch.nn.functional as F
@@ -118,6 +126,8 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple, depth
             start = (s * B) % (len(x) - B) + off
             idx = perm[start:start + BATCH]
             loss = F.cross_entropy(model(x[idx]), y[idx])
+            if device_ms:
+                time.sleep(device_ms / 1e3)
             dopt.zero_grad()
             loss.backward()
             dopt.step()
@@ -132,6 +142,8 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple, depth
             if s == warmup:
                 t0, c0 = time.perf_counter(), time.thread_time()
             loss = F.cross_entropy(model(x[idx]), y[idx])
+            if device_ms:
+                time.sleep(device_ms / 1e3)
             dopt.zero_grad()
             loss.backward()
             dopt.step()
@@ -171,6 +183,8 @@ def _block(variant: str, width: int, steps: int, warmup: int, data: tuple, depth
                 if s == warmup:
                     t0, c0 = time.perf_counter(), time.thread_time()
                 loss = F.cross_entropy(model(x[idx]), y[idx])
+                if device_ms:
+                    time.sleep(device_ms / 1e3)
                 optimizer.zero_grad()
                 if new_api:          # the loop of a plain Horovod script
                     loss.backward()
@@ -229,7 +243,7 @@ def worker(args: argparse.Namespace) -> None:
     data = (torch.randn(200_000, D_IN, generator=g), torch.randint(0, CLASSES, (200_000,), generator=g))
     variants = ["plain", *args.variants.split(",")]
     # calibrate: plain steps per block of about block_s seconds (same count on every rank)
-    rate = _block("plain", args.width, 20, 5, data, args.depth)[0]
+    rate = _block("plain", args.width, 20, 5, data, args.depth, args.device_ms)[0]
     steps = max(20, int(round(rate * args.block_s)))
     rounds: list[dict[str, float]] = []
     cpu_rounds: list[dict[str, float]] = []
@@ -239,7 +253,7 @@ def worker(args: argparse.Namespace) -> None:
         cpu: dict[str, list[float]] = {v: [] for v in variants}
         dec: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
         for v in variants + variants[::-1]:
-            r, c, d, e, ms = _block(v, args.width, steps, args.warmup, data, args.depth)
+            r, c, d, e, ms = _block(v, args.width, steps, args.warmup, data, args.depth, args.device_ms)
             got[v].append(r)
             cpu[v].append(c)
             dec[v].append((d, e, ms))
@@ -247,7 +261,8 @@ def worker(args: argparse.Namespace) -> None:
         cpu_rounds.append({v: statistics.fmean(c) for v, c in cpu.items()})
         dec_rounds.append({v: [statistics.fmean(x[i] for x in d) for i in range(3)] for v, d in dec.items()})
     if hvd.rank() == 0:
-        print("RESULT " + json.dumps({"np": hvd.size(), "width": args.width, "depth": args.depth, "steps_per_block": steps,
+        print("RESULT " + json.dumps({"np": hvd.size(), "width": args.width, "depth": args.depth,
+                                      "device_ms": args.device_ms, "steps_per_block": steps,
                                       "rounds": rounds, "cpu_us": cpu_rounds, "decisions": dec_rounds}), flush=True)
 
 
@@ -258,6 +273,7 @@ def summarise(res: dict) -> list[str]:
     plain = [r["plain"] for r in rounds]
     p50 = statistics.median(plain)
     depth = f" depth {res['depth']}" if res.get("depth", 1) != 1 else ""
+    depth += f" device {res['device_ms']:g} ms" if res.get("device_ms") else ""
     lines = [f"np {res['np']}  width {res['width']:5d}{depth}  plain {p50:7.1f} steps/s ({1e3 / p50:5.1f} ms/step), "
              f"{len(rounds)} ABBA rounds x {res['steps_per_block']} steps per block"]
     cpu = res.get("cpu_us")
@@ -289,6 +305,9 @@ def main() -> None:
     p.add_argument("--widths", default="256,768,2048", help="MLP hidden widths (step times ~3/15/50 ms at np 2)")
     p.add_argument("--width", type=int, default=256, help=argparse.SUPPRESS)
     p.add_argument("--depth", type=int, default=1, help="hidden width x width layers (default 1: 6 parameter tensors)")
+    p.add_argument("--device-ms", type=float, default=0.0,
+                   help="an emulated accelerator: this many ms slept per step between forward and backward, "
+                        "in every variant (the CPU idles as on a GPU node; default 0: all compute on the CPU)")
     p.add_argument("--breakdown", action="store_true", help="also the hook with each feature off")
     p.add_argument("--variants", default=None, help="hook variants to run (comma-separated names of the "
                    "breakdown: hook,gns=False,...; default: hook, or all with --breakdown)")
@@ -314,7 +333,7 @@ def main() -> None:
     for np_ in (int(n) for n in args.np.split(",")):
         for width in (int(w) for w in args.widths.split(",")):
             cmd = [*MPIRUN, "-np", str(np_), sys.executable, "-m", "mpi4py", __file__, "--worker",
-                   "--width", str(width), "--depth", str(args.depth), "--variants", ",".join(variants), "--rounds", str(args.rounds),
+                   "--width", str(width), "--depth", str(args.depth), "--device-ms", str(args.device_ms), "--variants", ",".join(variants), "--rounds", str(args.rounds),
                    "--block-s", str(args.block_s), "--warmup", str(args.warmup)]
             if args.lock:
                 cmd = ["flock", args.lock, *cmd]
