@@ -350,31 +350,32 @@ class ComputeModel:
     def _tied(self, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Ranks whose predicted times the measurements cannot tell apart share one fit.
 
-        Each rank's time is predicted by its fit at 0.5, 1 and 1.5 times one size (the median of
-        the latest sizes: the shapes must agree too, or a rank whose fixed cost is identified would
-        be averaged with one timed at one size); walking the ranks from the fastest, a rank joins
-        the group of the first (the seed) when the three predictions differ by at most ``TIE_Z`` combined standard errors of their latest
-        intervals (``rel_se`` of the latest point; no tie where it is unknown) and at most
-        ``TIE_TOL_MAX`` (a first interval at 13-20% error would otherwise tie a 0.6 and a 1.2
-        ms/sample rank, hetero6_bn), and every member of
-        a group of two or more gets the group's mean (alpha, beta). Equal ranks then get equal
-        splits, and ``round_by_time`` gives a remainder to the lowest ranks, so the plan does not
-        depend on which of them happened to time a few percent slower. Live (issue 24, session
-        20), the three equal ranks of hetero4x_resnet timed 48-52 ms at 1-4% standard error in the
-        first interval and were split [36, 39, 37], [39, 36, 37], [37, 38, 37] ... in runs of one
-        seed; with BatchNorm, which rank holds which samples moves the time to a target by up to
-        20% either way, so two controllers with the same policy differed by that much. The
-        tolerance is the evidence rule's (a difference of less than 3 standard errors is not
-        acted on, ``evidence.split_evidence``)."""
+        Each rank's fit predicts its time at 0.5, 1 and 1.5 times one size (the median of the
+        latest sizes; three sizes so that the shapes must agree too, or a rank whose fixed cost is
+        identified would be averaged with one timed at one size). Walking the ranks from the
+        fastest, a rank joins the group of the first (the seed) when the three predictions differ
+        by at most ``TIE_Z`` combined standard errors of their latest intervals (the latest
+        point's ``rel_se``; no tie where it is unknown) and at most ``TIE_TOL_MAX`` (a first
+        interval at 13-20% error would otherwise tie a 0.6 and a 1.2 ms/sample rank, hetero6_bn).
+        Every member of a group of two or more gets the group's mean (alpha, beta). Equal ranks
+        then get equal splits, and ``round_by_time`` gives a remainder to the lowest ranks, so the
+        plan does not depend on which of them happened to time a few percent slower.
+
+        Live (issue 24, session 20), the three equal ranks of hetero4x_resnet timed 48-52 ms at
+        1-4% standard error in the first interval and were split [36, 39, 37], [39, 36, 37],
+        [37, 38, 37] ... in runs of one seed; with BatchNorm, which rank holds which samples moves
+        the time to a target by up to 20% either way, so two controllers with the same policy
+        differed by that much. The tolerance is the evidence rule's (a difference of less than 3
+        standard errors is not acted on, ``evidence.split_evidence``)."""
         _, idx, last = self._fitted_latest(alpha, beta)
         if idx.size < 2:
             return alpha, beta
         ref = float(np.median(last[:, 0]))
         t = alpha[idx] + beta[idx] * ref
-        half, twice = alpha[idx] + beta[idx] * (0.5 * ref), alpha[idx] + beta[idx] * (1.5 * ref)
+        lower, upper = alpha[idx] + beta[idx] * (0.5 * ref), alpha[idx] + beta[idx] * (1.5 * ref)
         rel = np.where(np.isfinite(last[:, 2]) & (last[:, 2] > 0), last[:, 2], 0.0)
         order = np.argsort(t, kind="stable").tolist()
-        tl, hl, wl, rl = t.tolist(), half.tolist(), twice.tolist(), rel.tolist()
+        tl, hl, wl, rl = t.tolist(), lower.tolist(), upper.tolist(), rel.tolist()
         gl = [0] * idx.size
         g, s = -1, -1
         for k in order:
