@@ -54,6 +54,8 @@ BATCH_FIT_MIN = 32       # stale ranks from which ComputeModel refits them in on
 POOL_TOL = 0.15          # ranks whose times agree within this share (carried to one size) pool their shape
 POOL_TOL_MAX = 0.30      # ... or within 3 standard errors of their latest time, up to this share
 POOL_ITERS = 8           # alternations of the pooled fit (group shape, rank levels)
+# (evidence.Z_MIN and MIN_EXCESS: the evidence rule imports this module, so they are restated here,
+# and tests/unit/test_controllers.py holds them equal)
 TIE_Z = 3.0              # ranks whose predicted times differ by less than this many standard errors are tied
 TIE_TOL_MAX = 0.10       # ... and by less than this share (a noisy interval does not tie unlike ranks)
 

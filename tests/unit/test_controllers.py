@@ -757,3 +757,9 @@ def test_compute_model_ties_only_within_the_noise_and_the_same_shape():
     m.add([30, 25], [0.040, 0.035], rel_se=[0.02, 0.02])
     a, b = m.fit()
     assert a[0] > 0.009 and a[1] == 0.0, (a, b)
+
+
+def test_the_tie_uses_the_evidence_rules_thresholds():
+    # a difference is tied exactly when the evidence rule would not act on it
+    from dynamix_hvd.controllers import evidence, model
+    assert model.TIE_Z == evidence.Z_MIN and model.TIE_TOL_MAX == evidence.MIN_EXCESS
