@@ -55,11 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run", type=Path, help="one controller's directory of a dynamix bench output")
     p.add_argument("--controllers", default="ppo,goodput")
     p.add_argument("--first", type=int, default=6, help="decisions to print (0: all)")
+    p.add_argument("--min-batch", type=int, default=1,
+                   help="per-rank floor (the hook's bn_min_batch, 16, for a BatchNorm workload)")
     a = p.parse_args(argv)
     sc = load_scenario(a.run.parent / "scenario.toml")
     n = sc.world_size
     floor = DynamixConfig(base_batch=sc.base_batch, min_global_batch=sc.min_global_batch).min_global_batch_for(n)
-    bounds = PlanBounds(max_batch=tuple(w.max_batch for w in sc.workers), min_global_batch=floor)
+    bounds = PlanBounds(max_batch=tuple(w.max_batch for w in sc.workers), min_batch=a.min_batch, min_global_batch=floor)
     names = [c for c in a.controllers.split(",") if c]
     ctls = {c: make_controller(c, bounds, sc.base_batch) for c in names}
     cfg = DynamixConfig()

@@ -45,6 +45,7 @@ import numpy as np
 
 from dynamix_hvd.controllers.affine import (IDENTIFY_SPREAD, WEIGHT_FLOOR, fit_affine, fit_scaled,
                                             identified, precision_weight)
+from dynamix_hvd.controllers.split import TIE_TOL_MAX, TIE_Z, tie_groups  # noqa: F401 (TIE_*: the tie's thresholds)
 
 if TYPE_CHECKING:
     from dynamix_hvd.records import ClusterState
@@ -54,10 +55,6 @@ BATCH_FIT_MIN = 32       # stale ranks from which ComputeModel refits them in on
 POOL_TOL = 0.15          # ranks whose times agree within this share (carried to one size) pool their shape
 POOL_TOL_MAX = 0.30      # ... or within 3 standard errors of their latest time, up to this share
 POOL_ITERS = 8           # alternations of the pooled fit (group shape, rank levels)
-# (evidence.Z_MIN and MIN_EXCESS: the evidence rule imports this module, so they are restated here,
-# and tests/unit/test_controllers.py holds them equal)
-TIE_Z = 3.0              # ranks whose predicted times differ by less than this many standard errors are tied
-TIE_TOL_MAX = 0.10       # ... and by less than this share (a noisy interval does not tie unlike ranks)
 
 
 def _identified_runs(b: np.ndarray, starts: np.ndarray, cnt: np.ndarray) -> np.ndarray:
@@ -355,7 +352,7 @@ class ComputeModel:
         Each rank's fit predicts its time at 0.5, 1 and 1.5 times one size (the median of the
         latest sizes; three sizes so that the shapes must agree too, or a rank whose fixed cost is
         identified would be averaged with one timed at one size). Walking the ranks from the
-        fastest, a rank joins the group of the first (the seed) when the three predictions differ
+        fastest (``split.tie_groups``), a rank joins the group of the first (the seed) when the three predictions differ
         by at most ``TIE_Z`` combined standard errors of their latest intervals (the latest
         point's ``rel_se``; no tie where it is unknown) and at most ``TIE_TOL_MAX`` (a first
         interval at 13-20% error would otherwise tie a 0.6 and a 1.2 ms/sample rank, hetero6_bn).
@@ -373,23 +370,8 @@ class ComputeModel:
         if idx.size < 2:
             return alpha, beta
         ref = float(np.median(last[:, 0]))
-        t = alpha[idx] + beta[idx] * ref
-        lower, upper = alpha[idx] + beta[idx] * (0.5 * ref), alpha[idx] + beta[idx] * (1.5 * ref)
-        rel = np.where(np.isfinite(last[:, 2]) & (last[:, 2] > 0), last[:, 2], 0.0)
-        order = np.argsort(t, kind="stable").tolist()
-        tl, hl, wl, rl = t.tolist(), lower.tolist(), upper.tolist(), rel.tolist()
-        gl = [0] * idx.size
-        g, s = -1, -1
-        for k in order:
-            if s >= 0:
-                tol = min(TIE_Z * math.hypot(rl[k], rl[s]), TIE_TOL_MAX)
-                if (tol > 0 and abs(tl[k] / tl[s] - 1.0) <= tol and abs(hl[k] / hl[s] - 1.0) <= tol
-                        and abs(wl[k] / wl[s] - 1.0) <= tol):
-                    gl[k] = g
-                    continue
-            g, s = g + 1, k
-            gl[k] = g
-        group = np.array(gl, dtype=int)
+        preds = alpha[idx] + beta[idx] * np.array([[1.0], [0.5], [1.5]]) * ref
+        group = tie_groups(preds, last[:, 2])
         members = np.bincount(group)
         if members.max() < 2:
             return alpha, beta
@@ -400,6 +382,11 @@ class ComputeModel:
         alpha[idx[many]] = a_mean[group[many]]
         beta[idx[many]] = b_mean[group[many]]
         return alpha, beta
+
+    def latest_rel_se(self) -> np.ndarray:
+        """Per rank: the relative standard error of its latest observation (NaN: none or unknown),
+        the noise within which ``round_by_time`` ties ranks."""
+        return np.array([d[-1][2] if d else math.nan for d in self.obs], dtype=float)
 
     def fit_rank(self, i: int) -> tuple[float, float]:
         """Rank i's (alpha, beta) from its history (the prior scaled to it while no fixed cost is
