@@ -97,16 +97,28 @@ def _equal_time(sim: ReplaySim, h: np.ndarray, cands: np.ndarray) -> tuple[np.nd
     return sim.link.apply(T), cont
 
 
+def _multipliers(sim: ReplaySim, step0: int, K: int) -> np.ndarray:
+    """Every rank's true compute multiplier over steps step0 .. step0 + K - 1 (hardware x fluctuation)."""
+    lengths, F = sim.fluct.chunks(step0, K)
+    return sim.hw * (lengths @ F) / lengths.sum()
+
+
 def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_exact: int,
-             max_decisions: int) -> tuple[float, list[int]]:
+             max_decisions: int, causal: bool = False) -> tuple[float, list[int]]:
     """One oracle episode over ``cands``: per interval the best of the ``n_exact`` best-estimated
-    candidates, run exactly. Returns (time to target or inf, global batch per decision)."""
+    candidates, run exactly. Returns (time to target or inf, global batch per decision).
+
+    ``causal``: decide on the true speeds of the interval that has just ended (the hardware alone
+    before the first), not the coming one's, and commit the best estimate without trial runs."""
     sim.reset(seed)
     K = sim.interval_steps
     schedule: list[int] = []
     while not sim.done and sim.decisions < max_decisions:
-        lengths, F = sim.fluct.chunks(sim.t, K)
-        h = sim.hw * (lengths @ F) / lengths.sum()
+        if causal:
+            h = _multipliers(sim, sim.t - K, K) if sim.t >= K else sim.hw.astype(float)
+            n_exact = 1
+        else:
+            h = _multipliers(sim, sim.t, K)
         T, cont = _equal_time(sim, h, cands)
         order = [0]
         if cands.size > 1:
@@ -127,6 +139,28 @@ def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_e
         sim.commit(best_iv)
         schedule.append(int(best_b.sum()))
     return (sim.time if sim.reached else math.inf), schedule
+
+
+def run_causal(sim: ReplaySim, seed: int, max_scale: float | None = None, max_decisions: int = 200_000) -> dict[str, Any]:
+    """The causal oracle: the greedy schedule of ``run_hindsight`` deciding on what a controller
+    could know at each decision: the true progress curves (a perfect workload model) and the true
+    speeds of the interval that has just ended, not the coming one's; no trial runs, no search
+    over constant schedules. Between goodput and the hindsight oracle it splits goodput's gap in
+    two: what a better model of the workload and the cluster could gain (goodput -> causal), and
+    what only knowing the future fluctuations gains (causal -> hindsight), which no controller
+    can learn. Neither oracle is optimal (greedy schedules): either can be the faster by a few
+    percent. ``max_scale``: only global batches up to this many times B0 (the goodput controller's
+    candidates end at ``goodput.SCALES[-1]`` = 4 x B0), to tell what the range of global batches
+    is worth from what the model is."""
+    sim.reset(seed)
+    cands = candidate_batches(sim)
+    if max_scale is not None:
+        cands = cands[cands <= max(max_scale * sim.B0, cands.min())]
+    cumC = sim.pm.cum_for(cands.astype(float))
+    t, sched = _episode(sim, seed, cands, cumC, 1, max_decisions, causal=True)
+    sim.time, sim.reached = t, math.isfinite(t)
+    return {"time_to_target_s": t if math.isfinite(t) else None, "schedule": sched,
+            "decisions": len(sched), "found_by": "causal"}
 
 
 def run_hindsight(sim: ReplaySim, seed: int, n_constant: int = N_CONSTANT,

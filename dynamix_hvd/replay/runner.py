@@ -1,11 +1,15 @@
 """`dynamix replay`: controllers and the hindsight oracle on a replayed workload, several seeds.
 
     dynamix replay --workload DIR --speed-trace FILE|cov:FILE|none --workers N \\
-        --controllers static,proportional,goodput,ppo,random,hindsight --seeds K --out OUT.json \\
+        --controllers static,proportional,goodput,ppo,random,causal,hindsight --seeds K --out OUT.json \\
         [--speeds 1,1,2,4] [--target METRIC]
     dynamix replay --workload DIR --scenario FILE|NAME [--time-scale auto|X] ...   (a live scenario's
         cluster, links, events and speed traces; ``replay/scenario.py`` says how they map)
 
+``causal`` is the oracle restricted to what a controller could know at each decision (the true
+workload curves and the speeds of the interval just ended; ``oracle.run_causal``): the part of
+goodput's gap to ``hindsight`` that a controller could close; ``causal4`` the same with global batches
+only up to the goodput controller's largest candidate (4 x B0).
 Seed s fixes the world (hardware factors unless --speeds, fluctuation offsets, measurement noise);
 every controller and the oracle run in the same world for a given seed (paired comparison).
 OUT.json: {"workload", "workers", "target_metric", "controllers": {NAME: {"time_to_target_s":
@@ -26,14 +30,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.plan import Plan
-from dynamix_hvd.replay.oracle import run_hindsight
+from dynamix_hvd.replay.oracle import run_causal, run_hindsight
 from dynamix_hvd.replay.progress import build_progress
 from dynamix_hvd.replay.sim import ReplaySim
 from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import build_throughput
 from dynamix_hvd.traces import DATA_DIR, load_pollux
 
-CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "hindsight")
+CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal4", "hindsight")
 
 
 def resolve_workload(spec: str) -> Path:
@@ -154,7 +158,12 @@ def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 20
 
 
 def run_one(sim: ReplaySim, name: str, seed: int, limits: bool = True) -> dict[str, Any]:
-    return run_hindsight(sim, seed) if name == "hindsight" else run_controller(sim, name, seed, limits=limits)
+    if name == "hindsight":
+        return run_hindsight(sim, seed)
+    if name in ("causal", "causal4"):
+        from dynamix_hvd.controllers.goodput import SCALES
+        return run_causal(sim, seed, max_scale=SCALES[-1] if name == "causal4" else None)
+    return run_controller(sim, name, seed, limits=limits)
 
 
 def summarise(times: Sequence[float | None]) -> dict[str, Any]:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from dynamix_hvd.emulate.targets import final_accuracy, late_plan_changes, paired_ratios, targets_table, time_to
+from dynamix_hvd.emulate.targets import (final_accuracy, late_plan_changes, paired_ratios, tail_accuracy, targets_table,
+                                         time_to)
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.records import GlobalStats
 from dynamix_hvd.runlog import DecisionRecord, EvalRecord
@@ -16,6 +17,22 @@ def _evals(accs, dt=1.0):
 def test_final_accuracy_is_the_mean_of_the_last_five():
     assert final_accuracy(_evals([0.1, 0.5, 0.9, 0.8, 0.9, 1.0, 0.9])) == pytest.approx((0.9 + 0.8 + 0.9 + 1.0 + 0.9) / 5)
     assert final_accuracy(_evals([0.4, 0.6])) == pytest.approx(0.5)
+
+
+def test_tail_accuracy_averages_the_last_tenth_of_the_clock_and_at_least_five():
+    # 100 evaluations 1 s apart: the last 10% of the clock is t >= 90, i.e. evaluations 90..100
+    accs = [0.5] * 80 + [0.9] * 20
+    accs[-2] = 0.2                          # one dip inside the window
+    assert tail_accuracy(_evals(accs)) == pytest.approx((0.9 * 10 + 0.2) / 11)
+    # the same trajectory cut three evaluations earlier (before the dip): the mean of the last
+    # five moves by 0.14, the tail by a dip's 1/11
+    a, b = _evals(accs), _evals(accs[:-3])
+    assert abs(final_accuracy(a) - final_accuracy(b)) > 2 * abs(tail_accuracy(a) - tail_accuracy(b)) > 0
+    # a short run: at least the last five
+    assert tail_accuracy(_evals([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])) == pytest.approx(0.4)
+    assert tail_accuracy([]) != tail_accuracy([])        # NaN
+    tab = targets_table({"static": [_evals(accs)]})
+    assert tab["controllers"]["static"]["final_accuracy_tail"] == pytest.approx(tail_accuracy(_evals(accs)))
 
 
 def test_time_to_is_the_first_evaluation_at_or_above():
