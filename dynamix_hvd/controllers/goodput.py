@@ -175,7 +175,7 @@ class GoodputController(Controller):
         drifted the global batch by a sample or two), rounded by predicted time (split.round_by_time)."""
         if not (np.isfinite(alpha).all() and np.isfinite(beta).all()):
             return np.asarray(split_global(int(round(float(split.sum()))), list(split), self.bounds), dtype=float)
-        return round_by_time(split, alpha, beta, int(round(float(split.sum()))), self.bounds, self.model.latest_rel_se())
+        return round_by_time(split, alpha, beta, int(round(float(split.sum()))), self.bounds)
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "lasting": self.lasting.streak}

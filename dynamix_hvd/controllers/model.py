@@ -383,11 +383,6 @@ class ComputeModel:
         beta[idx[many]] = b_mean[group[many]]
         return alpha, beta
 
-    def latest_rel_se(self) -> np.ndarray:
-        """Per rank: the relative standard error of its latest observation (NaN: none or unknown),
-        the noise within which ``round_by_time`` ties ranks."""
-        return np.array([d[-1][2] if d else math.nan for d in self.obs], dtype=float)
-
     def fit_rank(self, i: int) -> tuple[float, float]:
         """Rank i's (alpha, beta) from its history (the prior scaled to it while no fixed cost is
         identified); NaN without observations."""

@@ -60,7 +60,7 @@ class ProportionalController(Controller):
                                 f"<= {self.lasting.floor:.0%}")
             return list(current)
         # integer sizes summing exactly to the current global batch, rounded by predicted time
-        new = integer_split(alpha, beta, int(round(float(current.sum()))), self.bounds, self.model.latest_rel_se())
+        new = integer_split(alpha, beta, int(round(float(current.sum()))), self.bounds)
         # move only for a predicted gain in the slowest rank's time: when compute barely depends
         # on b (fixed-cost dominated) a noisy fit would otherwise shift many samples for nothing
         after = (alpha + beta * new).max()

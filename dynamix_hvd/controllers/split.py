@@ -103,36 +103,35 @@ def _split_sums(alpha: np.ndarray, inv: np.ndarray, lo: float, hi: np.ndarray, T
     return lo * alpha.size + above - capped
 
 
-def integer_split(alpha: np.ndarray, beta: np.ndarray, total: int, bounds: "PlanBounds",
-                  rel_se: np.ndarray | None = None) -> np.ndarray:
+def integer_split(alpha: np.ndarray, beta: np.ndarray, total: int, bounds: "PlanBounds") -> np.ndarray:
     """The equal-time split of the integer ``total`` in integers (``round_by_time`` of the
     continuous ``equal_time_split``): within the bounds, the slowest rank's predicted compute
-    time ``alpha_i + beta_i b_i`` as small as integers allow (up to the timing noise ``rel_se``)."""
+    time ``alpha_i + beta_i b_i`` as small as integers allow."""
     lo = float(max(int(bounds.min_batch), 1))
     cont = equal_time_split(alpha, beta, float(total), lo, np.asarray(bounds.max_batch, dtype=float))
-    return round_by_time(cont, alpha, beta, total, bounds, rel_se)
+    return round_by_time(cont, alpha, beta, total, bounds)
 
 
 def round_by_time(split: np.ndarray, alpha: np.ndarray, beta: np.ndarray, total: int,
-                  bounds: "PlanBounds", rel_se: np.ndarray | None = None) -> np.ndarray:
+                  bounds: "PlanBounds") -> np.ndarray:
     """Integer local batches summing to ``total`` (multiples of ``bounds.quantum`` where the total
     allows) within the bounds, near the continuous ``split``: each rank rounded down, then each
-    rank left short takes at most one more quantum (then one more sample), given to the ranks
-    whose predicted time ``alpha_i + beta_i b_i`` after taking it is the smallest.
+    rank left short takes at most one more quantum (then one more sample). A rank that can take
+    it without its predicted time ``alpha_i + beta_i b_i`` exceeding the slowest rank's (the step
+    time does not change) takes it first, the lowest such ranks first; then the ranks whose
+    predicted time after taking it is the smallest.
 
     Rounding by the largest remainder instead treats a sample as the same cost on every rank: on
     hetero16 (2 and 8 ms per sample, 3-14 samples per rank) it gave a slow rank a fourth sample
     (+8 ms) and took one from a fast rank (-2 ms), an 8% imbalance that the 10% worth a plan
     change then kept for the whole run.
 
-    With ``rel_se`` (per rank, the relative standard error of its latest timing) the ranks whose
-    predicted times after taking a sample the measurements cannot tell apart (``tie_groups``) are
-    one choice, and the lowest of them take it: which of several ranks gets a remainder then does
-    not depend on which timed a few percent slower. Live (issue 24, held-out heldout_bn5), the
-    slowest rank sat at its BatchNorm floor and the other four finished within 2-4% of each other
-    whichever took the two left-over samples; runs of one seed split them [33, 33, 21, 17, 16] or
-    [33, 32, 21, 18, 16] on timing noise, and with BatchNorm that one sample moved the time to a
-    target by up to 24%. Pure; float array (the controllers' proposal type)."""
+    Where a remainder costs nothing, which rank takes it is decided by rank, not by timing noise.
+    Live (issue 24, held-out heldout_bn5), the slowest rank sat at its BatchNorm floor and the
+    other four took the two left-over samples well below its time; by smallest predicted time,
+    runs of one seed split them [33, 33, 21, 17, 16] or [33, 32, 21, 18, 16] on noise of 1-2%, and
+    with BatchNorm that one sample moved the time to a target by up to 24%. Pure; float array
+    (the controllers' proposal type)."""
     alpha, beta = np.asarray(alpha, dtype=float), np.asarray(beta, dtype=float)
     n, q = alpha.size, int(bounds.quantum)
     lo_b = max(int(bounds.min_batch), 1)
@@ -145,7 +144,8 @@ def round_by_time(split: np.ndarray, alpha: np.ndarray, beta: np.ndarray, total:
             ok = b + step <= hi
             k = min(deficit // step, int(ok.sum()))
             if k > 0:
-                pick = _smallest_times(alpha + beta * (b + step), ok, k, rel_se) if k < n else np.flatnonzero(ok)
+                pick = _remainder_ranks(alpha + beta * (b + step), ok, k, float(np.max(alpha + beta * b))) \
+                    if k < n else np.flatnonzero(ok)
                 b[pick] += step
     while int(b.sum()) > total:          # the floors of the bounds took more than the total
         ok = b - 1 >= lo_b
@@ -160,11 +160,12 @@ def round_by_time(split: np.ndarray, alpha: np.ndarray, beta: np.ndarray, total:
     return b.astype(float)
 
 
-def _smallest_times(t: np.ndarray, ok: np.ndarray, k: int, rel_se: np.ndarray | None) -> np.ndarray:
-    """The k ranks (among ``ok``) with the smallest times ``t``; ties, exact or (with ``rel_se``)
-    within the timing noise, to the lowest ranks: equal ranks split alike."""
+def _remainder_ranks(t: np.ndarray, ok: np.ndarray, k: int, limit: float) -> np.ndarray:
+    """The k ranks (among ``ok``) to take one more quantum, given their predicted times ``t`` after
+    taking it: first those that stay within ``limit`` (the slowest rank's time now: free), lowest
+    ranks first; then the smallest times, ties to the lowest ranks (stable: equal ranks split alike)."""
     cand = np.flatnonzero(ok)
-    if rel_se is None or np.size(rel_se) != t.size:
-        return cand[np.argsort(t[cand], kind="stable")[:k]]
-    group = tie_groups(t[cand][None, :], np.asarray(rel_se, dtype=float).reshape(-1)[cand])
-    return cand[np.lexsort((cand, group))[:k]]
+    tc = t[cand]
+    free = tc <= limit
+    rest = cand[~free][np.argsort(tc[~free], kind="stable")]
+    return np.concatenate([cand[free], rest])[:k]

@@ -114,7 +114,7 @@ class BalancedAnchor:
                 (self.evidence is not None and not self.evidence.act):
             self.lasting.reset()
             return b * (target / b.sum())
-        new = integer_split(alpha, beta, int(round(float(target))), bounds, self.model.latest_rel_se())
+        new = integer_split(alpha, beta, int(round(float(target))), bounds)
         if abs(target - b.sum()) >= 0.5:
             self.lasting.reset()
         elif not self.lasting.admit(resplit_gain(alpha, beta, b, new)):
