@@ -96,7 +96,8 @@ class GoodputController(Controller):
         if not np.isfinite(beta).all():
             self.last_reason = "keep plan: no compute timings yet"
             return current, float(current.sum())
-        ev = split_evidence(alpha + beta * current, rel_uncertainty(self.model, state), self.min_compute_s, self.z_min)
+        ev = split_evidence(alpha + beta * current, rel_uncertainty(self.model, state), self.min_compute_s, self.z_min,
+                            min_excess=self.lasting.floor)    # 4-10%: taken once it lasts (LastingGain)
         # without evidence against the current split, every candidate keeps its proportions
         self.last_evidence = ev
         shares = None if ev.act else current / current.sum()

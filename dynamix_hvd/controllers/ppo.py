@@ -21,6 +21,7 @@ import numpy as np
 
 from dynamix_hvd.controllers.policy.io import PolicyLoadError, default_policy_path, load_policy  # noqa: F401 (re-exported)
 from dynamix_hvd.controllers.base import Controller
+from dynamix_hvd.controllers.evidence import MIN_EXCESS
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
@@ -146,9 +147,11 @@ class PPOController(Controller):
         obs = self.observe(state)
         levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
         ev = getattr(self.anchor, "evidence", None)
-        if ev is not None and not ev.act:
+        if ev is not None and not (ev.act and ev.excess >= MIN_EXCESS):
             # the measurements do not justify moving the split (timing noise, steps too short to
-            # time): the policy's per-worker moves are not applied either (issue 26)
+            # time, an imbalance below the 10% worth a plan change at once): the policy's
+            # per-worker moves are not applied either (issue 26); the anchor's own re-split of a
+            # lasting 4-10% imbalance still is
             levels = np.zeros_like(levels)
         self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None),
                                                  f"policy levels {_short(levels.astype(int).tolist())}, global scale "

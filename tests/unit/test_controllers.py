@@ -822,3 +822,35 @@ def test_a_remainder_that_lengthens_the_step_goes_to_the_rank_it_lengthens_least
     assert got.tolist() == [11.0, 11.0, 10.0]        # 11 ms < the slow rank's 40 ms: free
     got = round_by_time(np.array([10.0, 10.0, 9.0]), alpha, beta[[2, 0, 1]], 30, PlanBounds(max_batch=(64,) * 3, deadband=0.0))
     assert got.tolist() == [10.0, 11.0, 9.0]         # rank 0 is the slowest: the sample goes to rank 1
+
+
+def _affine_state(sizes, alpha, beta, rel=0.005):
+    """Every rank timed at ``alpha + beta b`` (precisely: ``rel`` standard error), fixed cost identified."""
+    c = [a + bt * b for a, bt, b in zip(alpha, beta, sizes)]
+    step = max(c) + 0.01
+    workers = [WorkerStats(rank=r, batch_size=b, max_batch=256, steps=10, compute_s=t, step_s=step, comm_s=step - t,
+                           allreduce_p50_s=0.01, compute_se_s=rel * t) for r, (b, t) in enumerate(zip(sizes, c))]
+    return ClusterState(Plan(0, tuple(sizes)), workers, GlobalStats())
+
+
+@pytest.mark.parametrize("name", ["proportional", "goodput", "ppo"])
+def test_a_significant_imbalance_below_10_percent_is_resplit_once_it_lasts(name):
+    # issue 20, hetero16 live (session 22): 16 ranks, 50 ms + 5 / 7.5 / 10 / 20 ms per sample,
+    # 4 of each, split [11, 9, 8, 4] per group (the first re-split, made before the fixed cost was
+    # identified): the slowest ranks 130 ms, 8% over the others' mean, and [13, 9, 7, 3] takes
+    # 120 ms. The evidence rule's 10% kept the 130 ms split for the whole run; a significant 4-10%
+    # imbalance now reaches the lasting-gain rule: taken after 3 decisions in a row.
+    alpha = [0.05] * 16
+    beta = [0.005] * 4 + [0.0075] * 4 + [0.010] * 4 + [0.020] * 4
+    bounds = PlanBounds(max_batch=(256,) * 16, min_batch=1, deadband=0.0)
+    ctl = make_controller(name, bounds, 8)
+    ctl.decide(_affine_state([8] * 16, alpha, beta))            # a second size per rank: fixed cost known
+    plan = [11] * 4 + [9] * 4 + [8] * 4 + [4] * 4
+    got = []
+    for _ in range(4):
+        got.append([round(x) for x in ctl.decide(_affine_state(plan, alpha, beta))])
+    assert got[0] == plan and got[1] == plan, got[:2]           # not at once: it must last
+    new = got[2]
+    assert sum(new) == 128 and new != plan
+    t = [a + b * x for a, b, x in zip(alpha, beta, new)]
+    assert max(t) <= 0.121, (new, max(t))                       # 130 -> 120 ms

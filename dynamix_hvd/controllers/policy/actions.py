@@ -100,7 +100,8 @@ class BalancedAnchor:
         alpha, beta = self.model.fit()
         b = np.asarray(state.plan.batch_sizes, dtype=np.float64)
         if alpha.size == b.size and np.isfinite(alpha).all() and np.isfinite(beta).all():
-            self.evidence = split_evidence(alpha + beta * b, rel_uncertainty(self.model, state), MIN_COMPUTE_S, Z_MIN)
+            self.evidence = split_evidence(alpha + beta * b, rel_uncertainty(self.model, state), MIN_COMPUTE_S, Z_MIN,
+                                           min_excess=self.lasting.floor)
             self.reason = self.evidence.reason
 
     def global_batch(self, running_target: float) -> float:
