@@ -824,7 +824,7 @@ def test_a_remainder_that_lengthens_the_step_goes_to_the_rank_it_lengthens_least
     assert got.tolist() == [10.0, 11.0, 9.0]         # rank 0 is the slowest: the sample goes to rank 1
 
 
-def _affine_state(sizes, alpha, beta, rel=0.005):
+def _timed_state(sizes, alpha, beta, rel=0.005):
     """Every rank timed at ``alpha + beta b`` (precisely: ``rel`` standard error), fixed cost identified."""
     c = [a + bt * b for a, bt, b in zip(alpha, beta, sizes)]
     step = max(c) + 0.01
@@ -844,11 +844,11 @@ def test_a_significant_imbalance_below_10_percent_is_resplit_once_it_lasts(name)
     beta = [0.005] * 4 + [0.0075] * 4 + [0.010] * 4 + [0.020] * 4
     bounds = PlanBounds(max_batch=(256,) * 16, min_batch=1, deadband=0.0)
     ctl = make_controller(name, bounds, 8)
-    ctl.decide(_affine_state([8] * 16, alpha, beta))            # a second size per rank: fixed cost known
+    ctl.decide(_timed_state([8] * 16, alpha, beta))            # a second size per rank: fixed cost known
     plan = [11] * 4 + [9] * 4 + [8] * 4 + [4] * 4
     got = []
     for _ in range(4):
-        got.append([round(x) for x in ctl.decide(_affine_state(plan, alpha, beta))])
+        got.append([round(x) for x in ctl.decide(_timed_state(plan, alpha, beta))])
     assert got[0] == plan and got[1] == plan, got[:2]           # not at once: it must last
     new = got[2]
     assert sum(new) == 128 and new != plan
