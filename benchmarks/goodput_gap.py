@@ -1,0 +1,123 @@
+"""Where goodput's gap to the causal oracle comes from, in the replay world (issue 19).
+
+Runs the goodput controller in the same worlds (``dynamix eval-replay``'s: unperturbed shipped
+workloads, seeds 0..K-1 + offset) with one of its inputs or rules replaced by the truth, and prints
+the median time to target per workload relative to plain goodput:
+
+* ``goodput``: as shipped;
+* ``nohold``: the noise-scale estimate counts as stable from the first decision (the global batch
+  may move at once; ``MoveLimits.hold_global_without_gns`` and goodput's own hold are both off);
+* ``truephi``: as ``nohold``, and the noise scale it reads is the true one of the coming
+  interval's progress level (no estimator noise, no lag; relative error 0);
+* ``scaleS`` (e.g. ``scale2``): PPO's decision path with one constant action, the global scale S x
+  goodput's choice at every decision (the best such constant, per workload, is what a policy
+  that learned only "larger than goodput" could get);
+* ``phiC`` (e.g. ``phi2``): goodput with its efficiency model fed the noise scale x C;
+* ``causal4``: the causal oracle within goodput's global-batch range (true curves, last
+  interval's speeds).
+
+What is left between ``truephi`` and ``causal4`` is the error of the efficiency model
+``E(B) = (phi + B0) / (phi + B)`` itself against the measured curves.
+
+    .venv/bin/python benchmarks/goodput_gap.py --seeds 6 --workers 8,32 --traces none,job_3_norm
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _patched_observe(sim, mode: str):
+    orig = sim.observe
+
+    def observe(b, iv):
+        out = orig(b, iv)
+        if mode in ("nohold", "truephi"):
+            out["noise_scale_stable"] = bool(math.isfinite(out["noise_scale"]) and out["noise_scale"] > 0) \
+                or mode == "truephi"
+        if mode == "truephi":
+            out["noise_scale"] = sim.pm.noise_scale(sim.P, float(np.sum(b)))
+            out["noise_scale_rel_err"] = 0.0
+        return out
+    return observe
+
+
+def _run_scaled(sim, seed: int, s: float) -> float | None:
+    """The PPO controller's live decision path (goodput anchor, evidence gate, move limits) with a
+    constant action: no per-worker move, global scale ``s`` x goodput's choice at every decision."""
+    from dynamix_hvd.agent.replay_env import EnvController, ReplayEnvConfig
+    from dynamix_hvd.decide import control_loop
+    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.safety import MoveLimits
+    cfg = ReplayEnvConfig(history=0)
+    sim.reset(seed)
+    ctl = EnvController(sim.bounds(), sim.base_batch, cfg)
+    ctl.pending = (np.zeros(sim.n), cfg.action.global_scales.index(s))
+    for _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch), limits=MoveLimits()):
+        pass
+    return sim.time if sim.reached else None
+
+
+def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
+    from dynamix_hvd.replay.runner import run_controller, run_one
+    from dynamix_hvd.replay.worlds import WorldSpec, build_sim
+    sim = build_sim(WorldSpec(wl, n, trace, seed))
+    if mode == "causal4":
+        t = run_one(sim, "causal4", seed)["time_to_target_s"]
+    elif mode.startswith("scale"):     # scaleS: PPO's action space, global scale S at every decision
+        t = _run_scaled(sim, seed, float(mode[5:]))
+    elif mode.startswith("phi"):       # phiC: goodput's efficiency model with the noise scale x C
+        import dynamix_hvd.controllers.goodput as gmod
+        from dynamix_hvd.perfmodel import efficiency_array
+        c = float(mode[3:])
+        orig, gmod.efficiency_array = gmod.efficiency_array, lambda B, ref, phi: efficiency_array(B, ref, phi * c)
+        try:
+            t = run_controller(sim, "goodput", seed)["time_to_target_s"]
+        finally:
+            gmod.efficiency_array = orig
+    else:
+        if mode != "goodput":
+            sim.observe = _patched_observe(sim, mode)
+        t = run_controller(sim, "goodput", seed)["time_to_target_s"]
+    return math.inf if t is None else float(t)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workloads", default="bert,cifar10,deepspeech2,ncf")
+    p.add_argument("--traces", default="none,job_3_norm")
+    p.add_argument("--workers", default="8,32")
+    p.add_argument("--seeds", type=int, default=6)
+    p.add_argument("--seed-offset", type=int, default=5)
+    p.add_argument("--modes", default="goodput,nohold,truephi,causal4")
+    a = p.parse_args(argv)
+    modes = a.modes.split(",")
+    t0 = time.time()
+    rows = []
+    for wl in a.workloads.split(","):
+        ratios = {m: [] for m in modes}
+        for tr in a.traces.split(","):
+            for n in (int(x) for x in a.workers.split(",")):
+                med = {m: float(np.median([run(wl, tr, n, a.seed_offset + s, m) for s in range(a.seeds)]))
+                       for m in modes}
+                cell = " ".join(f"{m} {med[m] / med['goodput']:.3f}" for m in modes)
+                print(f"{wl:12s} {tr:12s} N={n:3d} goodput {med['goodput']:9.0f} s | {cell}", flush=True)
+                for m in modes:
+                    ratios[m].append(med[m] / med["goodput"])
+        rows.append((wl, {m: float(np.exp(np.mean(np.log(v)))) for m, v in ratios.items()}))
+    print("\ngeomean over cells, relative to goodput:")
+    for wl, g in rows:
+        print(f"  {wl:12s} " + "  ".join(f"{m} {v:.3f}" for m, v in g.items()))
+    print(f"({time.time() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
