@@ -39,7 +39,8 @@ def config_from_args(args) -> ReplayEnvConfig:
     return ReplayEnvConfig(workloads=wl, traces=tr, n_range=(lo, hi), curriculum=not args.no_curriculum,
                            action=ActionConfig(global_scales=scales, anchor=args.anchor),
                            obs=ObsConfig(frozenset(g for g in args.disable.split(",") if g)),
-                           history=int(args.history), n_max=max(args.n_max, hi))
+                           history=int(args.history), n_max=max(args.n_max, hi),
+                           loss_penalty=float(getattr(args, "loss_penalty", 0.0)))
 
 
 def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_envs: int = 8, hidden: int = 64,

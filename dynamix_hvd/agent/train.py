@@ -50,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--workloads", default="", help="replay: comma list of workloads (default: the shipped four)")
     r.add_argument("--traces", default="", help="replay: comma list of speed-trace families (default: all, + synthetic)")
     r.add_argument("--history", type=int, default=8, help="replay: per-worker history window (0 = no history features)")
+    r.add_argument("--loss-penalty", type=float, default=0.0,
+                   help="replay: extra cost of ending slower than goodput, x the shortfall (0 = plain return)")
     r.add_argument("--no-curriculum", action="store_true", help="replay: sample pooled worlds uniformly")
 
 

@@ -69,6 +69,25 @@ def test_deterministic_per_seed_and_return_is_time_vs_goodput():
     assert p1.new_entry().spec == p2.new_entry().spec
 
 
+def test_loss_penalty_charges_only_a_slower_finish():
+    from dataclasses import replace
+    spec = WorldSpec("cifar10", 4, "synthetic", 12, Perturbation(sample_scale=0.5, sync_scale=2.0))
+    pen = replace(SMALL, loss_penalty=3.0)
+    base = _episode(ReplayEnv(SMALL, pool_seed=0), {"spec": spec, "goodput_s": 400.0})
+    T = base[2]["time_s"]
+    for ref in (0.5 * T, 2.0 * T):        # the same episode, once slower than the reference, once faster
+        plain = _episode(ReplayEnv(SMALL, pool_seed=0), {"spec": spec, "goodput_s": ref})
+        charged = _episode(ReplayEnv(pen, pool_seed=0), {"spec": spec, "goodput_s": ref})
+        assert charged[2]["time_s"] == plain[2]["time_s"] == T
+        extra = pen.reward_scale * 3.0 * max(0.0, T / ref - 1.0)
+        assert sum(charged[1]) == pytest.approx(sum(plain[1]) - extra, rel=1e-9, abs=1e-9)
+        assert charged[1][:-1] == plain[1][:-1]            # only the last step pays
+    assert extra == 0.0 and 2 * T > T                      # the faster case (last loop) paid nothing
+    assert pen.to_dict()["replay_reward"]["loss_penalty"] == 3.0
+    with pytest.raises(ValueError, match="loss_penalty"):
+        replace(SMALL, loss_penalty=-1.0)
+
+
 def _untrained_policy(tmp_path, cfg: ReplayEnvConfig, seed: int = 0, hidden: int = 16, noop_bias: float = 0.0):
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
