@@ -172,8 +172,9 @@ class ReplayEnv(gym.Env):
         truncated = bool(not terminated and (sim.done or sim.decisions >= self.max_decisions))
         info: dict[str, Any] = {}
         if terminated or truncated:
-            r -= cfg.reward_scale * cfg.loss_penalty * max(0.0, sim.time / self.entry.goodput_s - 1.0)
-            info = {"time_s": sim.time, "reached": terminated, "ratio_to_goodput": sim.time / self.entry.goodput_s,
+            ratio = sim.time / self.entry.goodput_s
+            r -= cfg.reward_scale * cfg.loss_penalty * max(0.0, ratio - 1.0)
+            info = {"time_s": sim.time, "reached": terminated, "ratio_to_goodput": ratio,
                     "world": self.entry.spec.label()}
         return self._obs(), float(r), terminated, truncated, info
 

@@ -40,7 +40,7 @@ def config_from_args(args) -> ReplayEnvConfig:
                            action=ActionConfig(global_scales=scales, anchor=args.anchor),
                            obs=ObsConfig(frozenset(g for g in args.disable.split(",") if g)),
                            history=int(args.history), n_max=max(args.n_max, hi),
-                           loss_penalty=float(getattr(args, "loss_penalty", 0.0)))
+                           loss_penalty=float(args.loss_penalty))
 
 
 def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_envs: int = 8, hidden: int = 64,
