@@ -7,7 +7,13 @@ measured step time minus the slowest rank's compute), and multiplies throughput 
 efficiency ``E(B) = (phi + B_ref) / (phi + B)`` from the gradient noise scale ``phi =
 glob.noise_scale``. It picks the global batch B from a grid around B_ref (= base_batch x N) that
 maximises predicted goodput ``B / T(B) * E(B)`` and splits it so every rank's predicted compute
-time is equal. Without a noise scale it keeps the current global batch. A switching threshold
+time is equal. The grid (``candidate_scales``) is ``scales`` (0.5-4 x B_ref) continued in the
+same 1.25x steps up to the plan bounds' largest global batch: the cap on growth is the bounds'
+(the LR rule's ``max_batch_growth``, the user's ``max_global_batch``, memory), not the grid's, as
+in Pollux, whose goodput search runs up to the job's batch-size limit. (Until session 24 the grid
+stopped at 4 x B_ref whatever the bounds allowed: under ``lr_rule = "linear"`` (8x) or
+``"adascale"`` (no cap), and in the replay world's ncf, whose step time barely grows with the
+batch, goodput left most of its throughput unused.) Without a noise scale it keeps the current global batch. A switching threshold
 (``switch_gain``) stops B from flapping between near-equal candidates.
 
 The global batch moves only on a gain that holds across the noise scale's uncertainty: each
@@ -37,6 +43,18 @@ from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState
 
 SCALES = (0.5, 0.63, 0.8, 1.0, 1.25, 1.6, 2.0, 2.5, 3.2, 4.0)
+BEYOND_STEP = 1.25      # the grid continues above max(scales) in these steps, up to the bounds
+
+
+def candidate_scales(scales: Sequence[float], max_scale: float, step: float = BEYOND_STEP) -> list[float]:
+    """``scales`` below ``max_scale``, continued from the largest of them in ``step`` ratios, and
+    ``max_scale`` itself: the global batches goodput weighs, in units of B_ref."""
+    out = [s for s in scales if s < max_scale]
+    top = max(scales)
+    while top * step < max_scale * (1 - 1e-9):
+        top *= step
+        out.append(top)
+    return out + [max_scale]
 
 
 def _finite_median(xs: Sequence[float]) -> float:
@@ -125,7 +143,8 @@ class GoodputController(Controller):
         # the global batch moves only on a stable noise-scale estimate (stats.NoiseScaleEstimator)
         gns_ok = bool(state.glob.noise_scale_stable) and math.isfinite(phi) and phi > 0
         if gns_ok:
-            cands = sorted({float(np.clip(s * b_ref, lo, hi)) for s in self.scales} | {B_now})
+            cands = sorted({float(np.clip(s * b_ref, lo, hi)) for s in candidate_scales(self.scales, hi / b_ref)}
+                           | {B_now})
         else:
             cands = [B_now]
         goodput, splits = self.predict(alpha, beta, cands, comm, overlap, phi, b_ref, shares)   # B_now included

@@ -149,9 +149,10 @@ def run_causal(sim: ReplaySim, seed: int, max_scale: float | None = None, max_de
     two: what a better model of the workload and the cluster could gain (goodput -> causal), and
     what only knowing the future fluctuations gains (causal -> hindsight), which no controller
     can learn. Neither oracle is optimal (greedy schedules): either can be the faster by a few
-    percent. ``max_scale``: only global batches up to this many times B0 (the goodput controller's
-    candidates end at ``goodput.SCALES[-1]`` = 4 x B0), to tell what the range of global batches
-    is worth from what the model is."""
+    percent. ``max_scale``: only global batches up to this many times B0 (``causal4``: 4 x B0,
+    where the goodput controller's candidates ended until session 24; they now run up to the
+    bounds, ``goodput.candidate_scales``), to tell what the range of global batches is worth
+    from what the model is."""
     sim.reset(seed)
     cands = candidate_batches(sim)
     if max_scale is not None:

@@ -9,7 +9,7 @@
 ``causal`` is the oracle restricted to what a controller could know at each decision (the true
 workload curves and the speeds of the interval just ended; ``oracle.run_causal``): the part of
 goodput's gap to ``hindsight`` that a controller could close; ``causal4`` the same with global batches
-only up to the goodput controller's largest candidate (4 x B0).
+only up to 4 x B0 (where the goodput controller's candidates ended until session 24).
 Seed s fixes the world (hardware factors unless --speeds, fluctuation offsets, measurement noise);
 every controller and the oracle run in the same world for a given seed (paired comparison).
 OUT.json: {"workload", "workers", "target_metric", "controllers": {NAME: {"time_to_target_s":

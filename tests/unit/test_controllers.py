@@ -290,6 +290,19 @@ def test_goodput_grows_batch_when_comm_bound_and_noise_scale_large():
     assert sum(ctl.decide(s)) > 128 * 1.5
 
 
+def test_goodput_searches_up_to_the_bounds_not_to_a_fixed_multiple_of_b0():
+    # a per-step cost that dwarfs compute and a huge noise scale: the bigger the batch the better,
+    # up to what the bounds allow (16 x B0 here); the grid used to stop at 4 x B0 (session 24)
+    from dynamix_hvd.controllers.goodput import SCALES, candidate_scales
+    ctl = make_controller("goodput", PlanBounds(max_batch=(1024,) * 4, max_global_batch=2048), 32)
+    s = _state([32] * 4, [1e-4] * 4, comm=0.5, noise_scale=1e7)
+    assert sum(ctl.decide(s)) == pytest.approx(2048, rel=0.01)
+    assert candidate_scales(SCALES, 2.0) == [0.5, 0.63, 0.8, 1.0, 1.25, 1.6, 2.0]   # below 4 x B0: the bound
+    grid = candidate_scales(SCALES, 100.0)
+    assert grid[:len(SCALES)] == list(SCALES) and grid[-1] == 100.0
+    assert all(1.0 < b / a <= 1.25 + 1e-9 for a, b in zip(grid[len(SCALES) - 1:], grid[len(SCALES):]))
+
+
 def test_goodput_counts_the_measured_exposed_step_overhead():
     # one allreduce call takes 1 ms but the step spends 60 ms outside compute (several calls,
     # negotiation, a slow link): the per-step overhead is what a larger batch amortises
