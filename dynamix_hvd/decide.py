@@ -138,6 +138,7 @@ class Decider:
     def global_stats(self, step: int, noise: NoiseScaleEstimator, loss: float, samples_per_s: float) -> GlobalStats:
         return GlobalStats(step=step + 1, noise_scale=noise.noise_scale, loss=loss,
                            noise_scale_rel_err=noise.rel_err, noise_scale_stable=noise.stable,
+                           noise_scale_room=noise.growth_room,
                            loss_trend=self.loss_trend.update(loss),
                            grad_var_trend=self.var_trend.update(noise.grad_variance),
                            samples_per_s=samples_per_s)

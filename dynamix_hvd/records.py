@@ -68,6 +68,7 @@ class GlobalStats:
     noise_scale: float = NAN     # B_simple (gradient noise scale), in samples
     noise_scale_rel_err: float = NAN  # its relative standard error (NaN: unknown, not to be acted on)
     noise_scale_stable: bool = False  # enough intervals and a small enough error to change B on
+    noise_scale_room: float = 0.0     # without a stable estimate, B may still grow up to this (stats.growth_room)
     loss: float = NAN
     loss_trend: float = NAN      # relative change per interval (negative = improving)
     grad_var_trend: float = NAN  # relative change of the gradient variance estimate

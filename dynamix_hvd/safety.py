@@ -133,7 +133,9 @@ class MoveLimits:
     ``max_rank_change``: each rank's size stays within [b/(1+x), b(1+x)] of its current size,
     except a rank flagged ``changed`` (its own step-by-step detector measured a new speed) or one
     that has to make room for such a rank; ``max_global_change``: the same for the global batch;
-    ``hold_global_without_gns``: the global batch stays unless the noise-scale estimate is stable.
+    ``hold_global_without_gns``: the global batch stays unless the noise-scale estimate is stable,
+    or grows no further than ``glob.noise_scale_room`` (an unstable estimate whose pessimistic
+    value is still >= 10x the batch, ``stats.growth_room``).
     Live (issue 24) PPO moved one rank 41 -> 330 -> 10 -> 90 within 5 s and grew B from 144 to
     575; each of those moves is bounded here."""
 
@@ -154,10 +156,18 @@ def limit_proposal(state: ClusterState, proposed: Sequence[float], limits: MoveL
         return [float(x) for x in proposed], []      # next_plan reports what is wrong with it
     notes: list[str] = []
     B_cur, B = float(cur.sum()), float(prop.sum())
+    room = float(state.glob.noise_scale_room)    # growth an unstable but huge noise scale supports
     if limits.hold_global_without_gns and abs(B - B_cur) > 0.5 and not state.glob.noise_scale_stable:
-        notes.append(f"global batch held at {B_cur:.0f} (proposed {B:.0f}): noise-scale estimate not stable "
-                     f"(rel. err {state.glob.noise_scale_rel_err:.2f})")
-        B = B_cur
+        if B_cur < B and B_cur < room:
+            if B > room:
+                notes.append(f"global batch growth {B_cur:.0f} -> {B:.0f} limited to {room:.0f}: noise-scale "
+                             f"estimate not stable (rel. err {state.glob.noise_scale_rel_err:.2f}), its lower "
+                             f"bound 10x that")
+                B = room
+        else:
+            notes.append(f"global batch held at {B_cur:.0f} (proposed {B:.0f}): noise-scale estimate not stable "
+                         f"(rel. err {state.glob.noise_scale_rel_err:.2f})")
+            B = B_cur
     g = limits.max_global_change
     lo_B, hi_B = B_cur / (1.0 + g), B_cur * (1.0 + g)
     if not lo_B <= B <= hi_B:

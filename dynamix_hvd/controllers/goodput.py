@@ -141,12 +141,15 @@ class GoodputController(Controller):
             hi = min(hi, self.bounds.max_global_batch)
         B_now = float(np.clip(incumbent, lo, hi)) if incumbent is not None else float(current.sum())
         # the global batch moves only on a stable noise-scale estimate (stats.NoiseScaleEstimator)
-        gns_ok = bool(state.glob.noise_scale_stable) and math.isfinite(phi) and phi > 0
-        if gns_ok:
-            cands = sorted({float(np.clip(s * b_ref, lo, hi)) for s in candidate_scales(self.scales, hi / b_ref)}
-                           | {B_now})
+        stable = bool(state.glob.noise_scale_stable) and math.isfinite(phi) and phi > 0
+        # not stable, but even its pessimistic value is >= 10x these batches (stats.growth_room)
+        room = float(state.glob.noise_scale_room) if not stable and math.isfinite(phi) and phi > 0 else 0.0
+        grid = sorted({float(np.clip(s * b_ref, lo, hi)) for s in candidate_scales(self.scales, hi / b_ref)})
+        if stable:
+            cands = sorted(set(grid) | {B_now})
         else:
-            cands = [B_now]
+            cands = [B_now] + [c for c in grid if B_now < c <= room]
+        gns_ok = stable or len(cands) > 1
         goodput, splits = self.predict(alpha, beta, cands, comm, overlap, phi, b_ref, shares)   # B_now included
         i_now = cands.index(B_now)
         gain = self._robust_gain(goodput, i_now, alpha, beta, cands, comm, overlap, phi, b_ref, shares,
@@ -157,8 +160,10 @@ class GoodputController(Controller):
         B_best = cands[i_best]
         self.last_fit = {"alpha": alpha.tolist(), "beta": beta.tolist(), "comm": comm, "overlap": overlap,
                          "B": B_best, "goodput": g_best}
-        gns = (f"noise scale {phi:.0f} (rel. err {state.glob.noise_scale_rel_err:.2f})" if gns_ok else
-               f"global batch held: noise scale not stable (rel. err {state.glob.noise_scale_rel_err:.2f})")
+        rel = state.glob.noise_scale_rel_err
+        gns = (f"noise scale {phi:.0f} (rel. err {rel:.2f})" if stable else
+               f"noise scale {phi:.0f} not stable (rel. err {rel:.2f}) but >= 10x any batch up to {room:.0f}"
+               if gns_ok else f"global batch held: noise scale not stable (rel. err {rel:.2f})")
         if g_best < (1.0 + self.switch_gain) * g_now:
             b_int = self._integer(alpha, beta, b_now)
             if ev.act and B_now == float(current.sum()):

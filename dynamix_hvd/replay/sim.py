@@ -218,7 +218,7 @@ class ReplaySim:
         gv = phi / self._phi_obs - 1.0 if math.isfinite(self._phi_obs) else 0.0
         self._gap, self._phi_obs = gap, phi
         return {"raw": raw, "noise_scale": phi, "noise_scale_rel_err": self.gns.rel_err,
-                "noise_scale_stable": self.gns.stable, "loss": gap, "loss_trend": trend + 0.005 * z[-2],
+                "noise_scale_stable": self.gns.stable, "noise_scale_room": self.gns.growth_room, "loss": gap, "loss_trend": trend + 0.005 * z[-2],
                 "val_loss_trend": trend + 0.005 * z[-3], "grad_var_trend": gv, "progress": self.P / self.K,
                 "samples_per_s": B * iv.steps / iv.elapsed, "steps": iv.steps, "elapsed": iv.elapsed,
                 "global_batch": B}
@@ -241,6 +241,7 @@ class ReplaySim:
                                        compute_se_s=sig * float(row[2])))
         glob = GlobalStats(step=self.t, progress=out["progress"], noise_scale=out["noise_scale"],
                            noise_scale_rel_err=out["noise_scale_rel_err"], noise_scale_stable=out["noise_scale_stable"],
+                           noise_scale_room=out.get("noise_scale_room", 0.0),
                            loss=out["loss"],
                            loss_trend=out["loss_trend"], grad_var_trend=out["grad_var_trend"], val_loss=NAN,
                            val_loss_trend=out["val_loss_trend"], samples_per_s=out["samples_per_s"])

@@ -14,10 +14,11 @@ from dynamix_hvd.controllers.model import ComputeModel
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.safety import MoveLimits, limit_proposal
-from dynamix_hvd.stats import NoiseScaleEstimator
+from dynamix_hvd.stats import NoiseScaleEstimator, growth_room
 
 
-def _state(sizes, compute, se=None, phi=float("nan"), stable=False, rel=float("nan"), changed=None, comm=0.002):
+def _state(sizes, compute, se=None, phi=float("nan"), stable=False, rel=float("nan"), changed=None, comm=0.002,
+           room=0.0):
     se = se or [float("nan")] * len(sizes)
     changed = changed or [0] * len(sizes)
     step = max(compute) + comm
@@ -25,7 +26,8 @@ def _state(sizes, compute, se=None, phi=float("nan"), stable=False, rel=float("n
                       comm_s=step - c, allreduce_p50_s=comm, compute_se_s=e, changed=ch)
           for r, (b, c, e, ch) in enumerate(zip(sizes, compute, se, changed))]
     return ClusterState(Plan(0, tuple(sizes)), ws,
-                        GlobalStats(noise_scale=phi, noise_scale_rel_err=rel, noise_scale_stable=stable))
+                        GlobalStats(noise_scale=phi, noise_scale_rel_err=rel, noise_scale_stable=stable,
+                                    noise_scale_room=room))
 
 
 def _bounds(n, cap=1024, min_global=1):
@@ -126,7 +128,42 @@ def test_goodput_holds_the_global_batch_on_an_unstable_noise_scale():
     assert sum(prop) > 64, ctl.last_reason
 
 
+def test_an_unstable_but_huge_noise_scale_lets_goodput_grow_within_its_lower_bound():
+    # ncf-like: the estimate jumps with every batch change (rel. err 0.3, not stable), yet even
+    # phi x exp(-2 x 0.3) / 10 = 5488 is far above the batch: growing costs < 9% efficiency
+    room = growth_room(1e5, 0.3, updates=10)
+    assert room == pytest.approx(1e5 * math.exp(-0.6) / 10)
+    assert growth_room(1e5, 0.3, updates=3) == 0.0                 # too few intervals
+    assert growth_room(1e5, float("nan"), updates=10) == 0.0       # unknown error
+    assert growth_room(1e5, 1.5, updates=10) == 0.0                # error above 100%
+    est = NoiseScaleEstimator()
+    for s in (1.0e5, 1.3e5, 0.8e5, 1.1e5, 0.9e5):
+        est.update(s, 1.0)
+    assert est.growth_room == pytest.approx(growth_room(est.noise_scale, est.rel_err, est.updates))
+    sizes, c = [32, 32], [0.004 + 0.001 * 32] * 2
+    grow = make_controller("goodput", _bounds(2, cap=4096), 32)
+    prop = grow.decide(_state(sizes, c, se=[1e-5] * 2, phi=1e5, stable=False, rel=0.3, comm=0.1, room=room))
+    assert 64 < sum(prop) <= room + 1e-6, grow.last_reason
+    assert "not stable" in grow.last_reason and ">= 10x" in grow.last_reason
+    # the same estimate without room (the batch already near phi / 10): held
+    hold = make_controller("goodput", _bounds(2, cap=4096), 32)
+    assert sum(hold.decide(_state(sizes, c, se=[1e-5] * 2, phi=1e5, stable=False, rel=0.3, comm=0.1,
+                                  room=64.0))) == pytest.approx(64)
+
+
 # ---------------------------------------------------------------- safety layer
+def test_limits_let_the_global_batch_grow_without_a_stable_noise_scale_only_within_its_room():
+    st = _state([32, 32], [0.03, 0.03], stable=False, room=90.0)
+    out, notes = limit_proposal(st, [44, 44], MoveLimits())           # 64 -> 88 <= 90: allowed
+    assert sum(out) == pytest.approx(88) and not notes
+    out, notes = limit_proposal(st, [48, 48], MoveLimits())           # 96 > 90: to 90
+    assert sum(out) == pytest.approx(90) and "limited to 90" in notes[0]
+    out, notes = limit_proposal(_state([48, 48], [0.03, 0.03], stable=False, room=90.0), [60, 60], MoveLimits())
+    assert sum(out) == pytest.approx(96) and "not stable" in notes[0]  # already above the room: held
+    out, notes = limit_proposal(st, [24, 24], MoveLimits())           # shrinking needs a stable estimate
+    assert sum(out) == pytest.approx(64) and "not stable" in notes[0]
+
+
 def test_limits_hold_the_global_batch_without_a_stable_noise_scale():
     st = _state([32, 32], [0.03, 0.03], stable=False)
     out, notes = limit_proposal(st, [64, 64], MoveLimits())
