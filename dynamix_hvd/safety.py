@@ -20,6 +20,7 @@ import numpy as np
 
 from dynamix_hvd.plan import water_fill
 from dynamix_hvd.records import ClusterState
+from dynamix_hvd.stats import GROWTH_MARGIN
 
 
 def _step_parts(state: ClusterState) -> tuple[list[float], list[float], float] | None:
@@ -162,7 +163,7 @@ def limit_proposal(state: ClusterState, proposed: Sequence[float], limits: MoveL
             if B > room:
                 notes.append(f"global batch growth {B_cur:.0f} -> {B:.0f} limited to {room:.0f}: noise-scale "
                              f"estimate not stable (rel. err {state.glob.noise_scale_rel_err:.2f}), its lower "
-                             f"bound 10x that")
+                             f"bound {GROWTH_MARGIN:g}x that")
                 B = room
         else:
             notes.append(f"global batch held at {B_cur:.0f} (proposed {B:.0f}): noise-scale estimate not stable "

@@ -41,6 +41,7 @@ from dynamix_hvd.controllers.split import equal_time_splits, round_by_time
 from dynamix_hvd.perfmodel import efficiency_array, step_time
 from dynamix_hvd.plan import PlanBounds, split_global
 from dynamix_hvd.records import ClusterState
+from dynamix_hvd.stats import GROWTH_MARGIN
 
 SCALES = (0.5, 0.63, 0.8, 1.0, 1.25, 1.6, 2.0, 2.5, 3.2, 4.0)
 BEYOND_STEP = 1.25      # the grid continues above max(scales) in these steps, up to the bounds
@@ -143,7 +144,7 @@ class GoodputController(Controller):
         # the global batch moves only on a stable noise-scale estimate (stats.NoiseScaleEstimator)
         stable = bool(state.glob.noise_scale_stable) and math.isfinite(phi) and phi > 0
         # not stable, but even its pessimistic value is >= 10x these batches (stats.growth_room)
-        room = float(state.glob.noise_scale_room) if not stable and math.isfinite(phi) and phi > 0 else 0.0
+        room = 0.0 if stable else float(state.glob.noise_scale_room)   # 0 without a positive estimate
         grid = sorted({float(np.clip(s * b_ref, lo, hi)) for s in candidate_scales(self.scales, hi / b_ref)})
         if stable:
             cands = sorted(set(grid) | {B_now})
@@ -162,7 +163,7 @@ class GoodputController(Controller):
                          "B": B_best, "goodput": g_best}
         rel = state.glob.noise_scale_rel_err
         gns = (f"noise scale {phi:.0f} (rel. err {rel:.2f})" if stable else
-               f"noise scale {phi:.0f} not stable (rel. err {rel:.2f}) but >= 10x any batch up to {room:.0f}"
+               f"noise scale {phi:.0f} not stable (rel. err {rel:.2f}) but >= {GROWTH_MARGIN:g}x any batch up to {room:.0f}"
                if gns_ok else f"global batch held: noise scale not stable (rel. err {rel:.2f})")
         if g_best < (1.0 + self.switch_gain) * g_now:
             b_int = self._integer(alpha, beta, b_now)
