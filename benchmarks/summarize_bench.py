@@ -14,8 +14,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from dynamix_hvd.emulate.targets import baseline_times, format_targets, late_plan_changes, paired_ratios, targets_table
+from dynamix_hvd.emulate.targets import (baseline_times, format_targets, late_plan_changes, paired_ratios,
+                                         same_plan_time_ratio, targets_table)
 from dynamix_hvd.runlog import read_decisions, read_evals
+
+
+MIN_SAME_PLAN = 10   # intervals; fewer are the first ones only (start-up)
 
 
 def smoothed(evals: list, k: int) -> list:
@@ -82,6 +86,20 @@ def main() -> int:
                 continue
             reached = [(x, f) for x, f in zip(r, tab["fractions"]) if x is not None]
             print(f"  {n:<13}" + (" largest {:.2f}x at {:.2f}".format(*max(reached)) if reached else ""))
+    ref = "proportional"
+    if ref in runs:
+        print(f"\nhost speed: training-clock time over the intervals where the run and {ref} of the same repeat ran the "
+              "same plan, / the same intervals of that run (per repeat; intervals in brackets): timing noise between runs")
+        base = {_run_key(d.name)[1]: read_evals(d / "evals.jsonl") for d in runs[ref]}
+        for n, ds in runs.items():
+            if n == ref:
+                continue
+            cells = []
+            for d in ds:
+                other = base.get(_run_key(d.name)[1])
+                r, k = same_plan_time_ratio(read_evals(d / "evals.jsonl"), other) if other else (float("nan"), 0)
+                cells.append(f"{r:.3f} ({k})" if k >= MIN_SAME_PLAN else "-")
+            print(f"  {n:<13} " + "  ".join(cells))
     print(f"\nplan changes per 10 s after the first {args.after_s:.0f} s (per run)")
     for n, ds in runs.items():
         rates = []

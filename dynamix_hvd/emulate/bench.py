@@ -43,12 +43,27 @@ from dynamix_hvd.emulate.targets import final_accuracy, format_targets, targets_
 DEFAULT_CONTROLLERS = "static,oracle,proportional,goodput"
 STARTUP_GRACE_S = 150.0   # mpirun + imports + data on a loaded 2-core host
 LAUNCH_LOG = {"horovod": "mpirun.log", "ddp": "torchrun.log"}   # engine -> the launcher's output file
+LABEL_SEP = "#"           # SPEC#LABEL: the same controller spec run again under another name (A/A)
+
+
+def controller_spec(name: str) -> str:
+    """The worker's controller spec of a bench entry: ``proportional#twin`` -> ``proportional``."""
+    return name.partition(LABEL_SEP)[0]
+
+
+def run_order(names: list[str], rep: int) -> list[str]:
+    """Repeat ``rep``'s order of the controllers: rotated by one per repeat, so that no controller
+    always runs right after the same other one (the host drifts by a few percent between runs:
+    session 25 measured 0.96-1.04x per-step time between two runs of one plan, seed and trajectory)."""
+    k = rep % len(names) if names else 0
+    return names[k:] + names[:k]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", required=True, help="scenario TOML file or the name of a shipped one")
     p.add_argument("--controllers", default=DEFAULT_CONTROLLERS, help="comma-separated controller specs: NAME, oracle@B (fixed global batch B), "
-                   "NAME:fixed (no early decisions, for A/B runs)")
+                   "NAME:fixed (no early decisions, for A/B runs); SPEC#LABEL runs SPEC again under another name "
+                   "(proportional,proportional#twin: an A/A pair, the bench's own noise floor)")
     p.add_argument("--out", required=True, help="output directory (results.json, report.png, one dir per run)")
     p.add_argument("--no-netns", action="store_true", help="network-free variant: all ranks on loopback")
     p.add_argument("--max-time-s", type=float, default=None, help="override the scenario's training budget")
@@ -240,10 +255,10 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in controllers}
     for rep in range(repeats):               # interleaved, so slow drifts of the host hit all alike
         seed = results["seeds"][rep]         # the same for every controller of a repeat (paired)
-        for name in controllers:
+        for name in run_order(list(controllers), rep):
             t0 = time.time()
             run_dir = out / (name if rep == 0 else f"{name}.r{rep}")
-            rc, cmd = run_one(sc, scenario_file, name, run_dir, use_netns, until, python, log, engine,
+            rc, cmd = run_one(sc, scenario_file, controller_spec(name), run_dir, use_netns, until, python, log, engine,
                               seed=seed if seed != sc.seed else None)
             tag = name if repeats == 1 else f"{name} #{rep + 1}"
             if rc == 0 and (run_dir / "summary.json").exists():
@@ -290,9 +305,19 @@ def run(args: argparse.Namespace) -> int:
     from dynamix_hvd.emulate.worker import parse_controller
 
     unknown = []
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        print(f"dynamix bench: controller(s) {twice} given twice; name the second SPEC{LABEL_SEP}LABEL "
+              f"(e.g. {twice[0]}{LABEL_SEP}twin) for an A/A pair", file=sys.stderr)
+        return 2
     for n in names:
+        spec, sep, label = n.partition(LABEL_SEP)
+        if sep and (not label or not label.replace("_", "").replace("-", "").isalnum()):
+            print(f"dynamix bench: controller {n!r}: the label after {LABEL_SEP!r} must be letters, digits, "
+                  "'-' or '_'", file=sys.stderr)
+            return 2
         try:
-            if parse_controller(n).name not in REGISTRY:
+            if parse_controller(spec).name not in REGISTRY:
                 unknown.append(n)
         except ValueError as exc:
             print(f"dynamix bench: {exc}", file=sys.stderr)

@@ -146,6 +146,27 @@ def format_targets(tab: Mapping[str, Any]) -> str:
             f"{TAIL_SHARE:.0%}: mean of the evaluations in the last {TAIL_SHARE:.0%} of the training clock\n" + "\n".join(lines))
 
 
+def same_plan_time_ratio(a: Sequence[EvalRecord], b: Sequence[EvalRecord]) -> tuple[float, int]:
+    """(run a's training-clock time / run b's, number of intervals) over the evaluation intervals
+    (consecutive evaluations at the same steps in both runs) where both ran the same plan at both
+    ends; (NaN, 0) without any.
+
+    A step's time depends on the plan and the host, not on the model's trajectory, so on these
+    intervals the ratio is the host's speed in run a against run b: the bench's timing noise
+    between two runs, measured inside the runs. Live, session 25: PPO and proportional ran the same
+    plans for 20-101 intervals per run and the ratio was 0.96-1.04 (15 pairs, five scenarios)."""
+    tb = {e.step: (float(e.t), list(e.plan)) for e in b}
+    ta, tt, n = 0.0, 0.0, 0
+    for e0, e1 in zip(a, a[1:]):
+        b0, b1 = tb.get(e0.step), tb.get(e1.step)
+        if b0 is None or b1 is None or list(e0.plan) != b0[1] or list(e1.plan) != b1[1]:
+            continue
+        ta += float(e1.t) - float(e0.t)
+        tt += b1[0] - b0[0]
+        n += 1
+    return (ta / tt, n) if n and tt > 0 else (float("nan"), 0)
+
+
 def late_plan_changes(decisions: Sequence[DecisionRecord], after_s: float = 10.0) -> tuple[int, float]:
     """(plan changes after ``after_s`` seconds of the run, and the span they were counted over in
     s) from a run's decision records (``runlog.read_decisions``; ``t``: seconds since the hook started)."""

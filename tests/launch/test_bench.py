@@ -130,17 +130,26 @@ def test_bench_network_free(tmp_path: Path) -> None:
 def test_bench_repeats_draw_their_own_seed(tmp_path: Path) -> None:
     # repeat k runs with the scenario's seed + k (paired across controllers), so repeats are
     # independent draws rather than the same run replayed; --seeds same keeps the old behaviour
-    p, out = _bench(tmp_path, "static", "--no-netns", "--repeats", "2", "--max-time-s", "4")
+    # static#twin: the same controller again under its own name (an A/A pair), paired by seed;
+    # the order rotates per repeat, so the twin runs first in the second repeat
+    p, out = _bench(tmp_path, "static,static#twin", "--no-netns", "--repeats", "2", "--max-time-s", "4")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
+    assert list(res["controllers"]) == ["static", "static#twin"]
     seed = read_summary(out / "static").seed
     assert res["seeds"] == [seed, seed + 1]
     assert read_summary(out / "static.r1").seed == seed + 1
+    assert read_summary(out / "static#twin.r1").seed == seed + 1
+    assert read_summary(out / "static#twin").controller == "static"
+    tags = [ln.split()[0] + ln.split()[1] for ln in p.stdout.splitlines() if "time to target" in ln]
+    assert tags == ["static#1", "static#twin#1", "static#twin#2", "static#2"], tags
 
 
 @pytest.mark.parametrize("spec,words", [("static,bogus", ["bogus"]), ("oracle@x", ["oracle@x", "integer"]),
                                         ("oracle@0", ["oracle@0", ">= 1"]), ("goodput@64", ["only the oracle"]),
-                                        ("goodput:slow", ["goodput:slow", "'fixed'"])])
+                                        ("goodput:slow", ["goodput:slow", "'fixed'"]),
+                                        ("static,static", ["given twice", "static#twin"]),
+                                        ("static#", ["'static#'", "label"]), ("bogus#b", ["bogus#b"])])
 def test_bench_rejects_unknown_controller(tmp_path: Path, spec: str, words: list[str]) -> None:
     p, _ = _bench(tmp_path, spec)
     assert p.returncode == 2 and all(w in p.stderr for w in words), p.stderr

@@ -143,3 +143,14 @@ def test_controller_specs_parse_the_fixed_interval_option():
     for bad, word in [("ppo:often", "'fixed'"), ("goodput@64", "only the oracle"), ("oracle@0", ">= 1")]:
         with pytest.raises(ValueError, match=word):
             parse_controller(bad)
+
+
+def test_bench_order_rotates_per_repeat_and_labels_name_the_same_spec():
+    from dynamix_hvd.emulate.bench import controller_spec, run_order
+
+    names = ["static", "proportional", "proportional#twin", "ppo"]
+    assert [run_order(names, r)[0] for r in range(5)] == ["static", "proportional", "proportional#twin", "ppo", "static"]
+    assert all(sorted(run_order(names, r)) == sorted(names) for r in range(4))
+    assert controller_spec("proportional#twin") == "proportional"
+    assert controller_spec("oracle@64:fixed#b") == "oracle@64:fixed"
+    assert run_order([], 3) == []

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from dynamix_hvd.emulate.targets import (final_accuracy, late_plan_changes, paired_ratios, tail_accuracy, targets_table,
+from dynamix_hvd.emulate.targets import (final_accuracy, late_plan_changes, paired_ratios, same_plan_time_ratio,
+                                         tail_accuracy, targets_table,
                                          time_to)
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.records import GlobalStats
@@ -71,3 +72,23 @@ def test_late_plan_changes_counts_changes_after_the_cut():
                          next_plan=Plan(i, tuple(nb), i), glob=GlobalStats(), workers=[], goodput=0.0, reason=None)
           for i, (t, nb) in enumerate(((5, [40, 24]), (12, [32, 32]), (15, [32, 32]), (20, [30, 34]), (30, [30, 34])))]
     assert late_plan_changes(ev, 10.0) == (2, 20.0)
+
+
+def test_same_plan_time_ratio_compares_only_intervals_with_the_same_plan_at_both_ends():
+    def run(dts: list[float], plans: list[list[int]]) -> list[EvalRecord]:
+        t, out = 0.0, []
+        for k, (dt, pl) in enumerate(zip(dts, plans)):
+            t += dt
+            out.append(EvalRecord(t=t, step=10 * (k + 1), acc=0.5, samples=0, wall=t, plan=pl))
+        return out
+
+    even, moved = [8, 8], [12, 4]
+    # b ran [12, 4] around its third evaluation; a stayed even. The intervals 10-20 and 40-50
+    # have the same plan at both ends in both runs: a took 1.1 and 1.3 s, b 1.0 and 1.0 s
+    a = run([1.0, 1.1, 5.0, 5.0, 1.3], [even, even, even, even, even])
+    b = run([1.0, 1.0, 0.5, 0.5, 1.0], [even, even, moved, even, even])
+    r, n = same_plan_time_ratio(a, b)
+    assert n == 2 and r == pytest.approx(2.4 / 2.0)
+    assert same_plan_time_ratio(a, a) == (pytest.approx(1.0), 4)
+    r, n = same_plan_time_ratio(a, run([1.0] * 5, [moved] * 5))
+    assert n == 0 and r != r
