@@ -164,6 +164,66 @@ def run_causal(sim: ReplaySim, seed: int, max_scale: float | None = None, max_de
             "decisions": len(sched), "found_by": "causal"}
 
 
+def safe_candidates(grid: np.ndarray, B_cur: float, stable: bool, room: float, hi: float,
+                    max_global_change: float = 0.5) -> np.ndarray:
+    """The global batches the safety layer lets a decision reach from ``B_cur`` (pure; the global
+    part of ``safety.limit_proposal``): within a factor ``1 + max_global_change`` either way; with
+    an unstable noise-scale estimate only growth, and only up to ``room`` (none without room).
+    The grid's points in that range plus its ends (the clipped values a controller gets for a
+    proposal beyond them), at most ``hi``."""
+    lo_B, hi_B = B_cur / (1.0 + max_global_change), min(B_cur * (1.0 + max_global_change), hi)
+    if not stable:
+        lo_B = B_cur
+        hi_B = min(hi_B, room) if B_cur < room else B_cur
+    lo_B = max(lo_B, float(grid.min()))
+    hi_B = max(hi_B, lo_B)
+    inside = grid[(grid >= lo_B) & (grid <= hi_B)]
+    return np.unique(np.concatenate([inside, np.round([lo_B, B_cur, hi_B])]).clip(grid.min(), hi)).astype(np.int64)
+
+
+def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> dict[str, Any]:
+    """The causal oracle under the safety layer every controller runs behind (``safety.MoveLimits``
+    defaults): the true progress curves and the last interval's true speeds, but each decision may
+    only move the global batch as ``limit_proposal`` lets a controller (1.5x per decision; held
+    while the noise-scale estimate, fed by the same simulated measurements, is unstable, or grown
+    only within its lower bound). Per-rank limits are not applied (they rarely bind on the global
+    batch), so this is an upper bound on what any controller with the product's safety rules
+    could gain by knowing the workload: the room a learned policy has over goodput there."""
+    from dynamix_hvd.safety import MoveLimits
+
+    lim = MoveLimits()
+    sim.reset(seed)
+    grid = candidate_batches(sim)
+    hi = float(grid.max())
+    K = sim.interval_steps
+    B_cur = float(sim.B0)
+    schedule: list[int] = []
+    while not sim.done and sim.decisions < max_decisions:
+        h = _multipliers(sim, sim.t - K, K) if sim.t >= K else sim.hw.astype(float)
+        cands = safe_candidates(grid, B_cur, bool(sim.gns.stable), float(sim.gns.growth_room), hi,
+                                lim.max_global_change)
+        cumC = sim.pm.cum_for(cands.astype(float))
+        T, cont = _equal_time(sim, h, cands)
+        m = 0
+        if cands.size > 1:
+            s_now = ProgressModel.position(sim.P, cumC)
+            with np.errstate(invalid="ignore"):
+                need = np.ceil((cumC[:, -1] - s_now) / cands - 1e-9)
+            reach = np.isfinite(need) & (need <= K)
+            steps = np.where(reach, np.maximum(need, 1), K)
+            newP = ProgressModel.advance(sim.P, cumC, K * cands)
+            m = int(np.argmax(_score(reach, steps * T, (newP - sim.P) / (K * T))))
+        b = integer_split(sim, h, int(cands[m]), cont[m])
+        iv = sim.run_interval(b)
+        sim.commit(iv)
+        sim.observe(b, iv)            # the noise-scale estimator a controller would read
+        B_cur = float(b.sum())
+        schedule.append(int(B_cur))
+    t = sim.time if sim.reached else math.inf
+    return {"time_to_target_s": t if math.isfinite(t) else None, "schedule": schedule,
+            "decisions": len(schedule), "found_by": "causal_safe"}
+
+
 def run_hindsight(sim: ReplaySim, seed: int, n_constant: int = N_CONSTANT,
                   max_decisions: int = 200_000) -> dict[str, Any]:
     """Run the oracle on ``seed``: the greedy schedule and the ``n_constant`` most promising

@@ -8,7 +8,9 @@
 
 ``causal`` is the oracle restricted to what a controller could know at each decision (the true
 workload curves and the speeds of the interval just ended; ``oracle.run_causal``): the part of
-goodput's gap to ``hindsight`` that a controller could close; ``causal4`` the same with global batches
+goodput's gap to ``hindsight`` that a controller could close; ``causal_safe`` the same behind the
+safety layer's limits on the global batch (what a controller with a perfect workload model could
+close under the product's safety rules); ``causal4`` the same with global batches
 only up to 4 x B0 (where the goodput controller's candidates ended until session 24).
 Seed s fixes the world (hardware factors unless --speeds, fluctuation offsets, measurement noise);
 every controller and the oracle run in the same world for a given seed (paired comparison).
@@ -30,14 +32,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.plan import Plan
-from dynamix_hvd.replay.oracle import run_causal, run_hindsight
+from dynamix_hvd.replay.oracle import run_causal, run_causal_safe, run_hindsight
 from dynamix_hvd.replay.progress import build_progress
 from dynamix_hvd.replay.sim import ReplaySim
 from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import build_throughput
 from dynamix_hvd.traces import DATA_DIR, load_pollux
 
-CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal4", "hindsight")
+CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal4", "causal_safe", "hindsight")
 
 
 def resolve_workload(spec: str) -> Path:
@@ -160,6 +162,8 @@ def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 20
 def run_one(sim: ReplaySim, name: str, seed: int, limits: bool = True) -> dict[str, Any]:
     if name == "hindsight":
         return run_hindsight(sim, seed)
+    if name == "causal_safe":
+        return run_causal_safe(sim, seed)
     if name in ("causal", "causal4"):
         from dynamix_hvd.controllers.goodput import SCALES
         return run_causal(sim, seed, max_scale=SCALES[-1] if name == "causal4" else None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamix_hvd.replay.oracle import candidate_batches, integer_split, run_hindsight
+from dynamix_hvd.replay.oracle import candidate_batches, integer_split, run_causal, run_hindsight
 from dynamix_hvd.replay.runner import make_world, run_controller
 from dynamix_hvd.replay.throughput import equal_time_totals
 from dynamix_hvd.traces import shipped_pai
@@ -94,3 +94,29 @@ def test_the_causal_oracle_sits_between_static_and_hindsight(workload, trace, n)
 def oracle_causal(sim, seed):
     from dynamix_hvd.replay.oracle import run_causal
     return run_causal(sim, seed)["time_to_target_s"]
+
+
+def test_safe_candidates_are_what_the_safety_layer_lets_a_decision_reach():
+    from dynamix_hvd.replay.oracle import safe_candidates
+    grid = np.array([256, 400, 600, 900, 1400, 2000, 4000, 8000])
+    c = safe_candidates(grid, 600.0, True, 0.0, 8000.0)          # stable: 1.5x either way
+    assert c.min() == 400 and c.max() == 900 and 600 in c
+    assert list(safe_candidates(grid, 600.0, False, 0.0, 8000.0)) == [600]      # unstable, no room: held
+    c = safe_candidates(grid, 600.0, False, 700.0, 8000.0)     # unstable with room: growth up to it
+    assert c.min() == 600 and c.max() == 700
+    c = safe_candidates(grid, 6000.0, True, 0.0, 8000.0)       # never beyond the bounds
+    assert c.max() == 8000 and c.min() == 4000
+
+
+def test_the_causal_oracle_behind_the_safety_layer_moves_as_a_controller_may():
+    from dynamix_hvd.replay.oracle import run_causal_safe
+    world = make_world("ncf", "none", 8)
+    sim = world.sim
+    r = run_causal_safe(sim, 0)
+    sched = np.array([sim.B0] + r["schedule"], dtype=float)
+    step = sched[1:] / sched[:-1]
+    assert sched.min() >= sim.B0 and step.max() <= 1.5 + 1e-3 and step.min() >= 1 / 1.5 - 1e-3
+    # the estimator needs 4 intervals: the first decisions hold B0 (the unlimited causal oracle
+    # jumps to the largest batch at once)
+    assert (sched[:4] == sim.B0).all() and run_causal(sim, 0)["schedule"][0] > 4 * sim.B0
+    assert r["time_to_target_s"] > run_causal(sim, 0)["time_to_target_s"]
