@@ -88,6 +88,19 @@ def _score(reached: np.ndarray, t_finish: np.ndarray, rate: np.ndarray) -> np.nd
     return np.where(reached, 1e12 - t_finish, rate)
 
 
+def _estimates(sim: ReplaySim, cands: np.ndarray, cumC: np.ndarray, T: np.ndarray) -> np.ndarray:
+    """``_score`` of every candidate global batch over the coming interval, from the true curves
+    (``cumC``: samples to each level per candidate) and the step times ``T``."""
+    K = sim.interval_steps
+    s_now = ProgressModel.position(sim.P, cumC)
+    with np.errstate(invalid="ignore"):
+        need = np.ceil((cumC[:, -1] - s_now) / cands - 1e-9)
+    reach = np.isfinite(need) & (need <= K)
+    steps = np.where(reach, np.maximum(need, 1), K)
+    newP = ProgressModel.advance(sim.P, cumC, K * cands)
+    return _score(reach, steps * T, (newP - sim.P) / (K * T))
+
+
 def _equal_time(sim: ReplaySim, h: np.ndarray, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Step time and continuous split of each candidate global batch at compute multipliers
     ``h`` under the simulator's links now: h compute + L sync + a = L (h/L compute + sync) + a,
@@ -120,15 +133,7 @@ def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_e
         else:
             h = _multipliers(sim, sim.t, K)
         T, cont = _equal_time(sim, h, cands)
-        order = [0]
-        if cands.size > 1:
-            s_now = ProgressModel.position(sim.P, cumC)
-            with np.errstate(invalid="ignore"):
-                need = np.ceil((cumC[:, -1] - s_now) / cands - 1e-9)
-            reach = np.isfinite(need) & (need <= K)
-            steps = np.where(reach, np.maximum(need, 1), K)
-            newP = ProgressModel.advance(sim.P, cumC, K * cands)
-            order = list(np.argsort(-_score(reach, steps * T, (newP - sim.P) / (K * T)))[:n_exact])
+        order = list(np.argsort(-_estimates(sim, cands, cumC, T))[:n_exact]) if cands.size > 1 else [0]
         best_iv, best_b, best_s = None, None, -math.inf
         for m in order:
             b = integer_split(sim, h, int(cands[m]), cont[m])
@@ -206,15 +211,7 @@ def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> 
                                 lim.max_global_change)
         cumC = sim.pm.cum_for(cands.astype(float))
         T, cont = _equal_time(sim, h, cands)
-        m = 0
-        if cands.size > 1:
-            s_now = ProgressModel.position(sim.P, cumC)
-            with np.errstate(invalid="ignore"):
-                need = np.ceil((cumC[:, -1] - s_now) / cands - 1e-9)
-            reach = np.isfinite(need) & (need <= K)
-            steps = np.where(reach, np.maximum(need, 1), K)
-            newP = ProgressModel.advance(sim.P, cumC, K * cands)
-            m = int(np.argmax(_score(reach, steps * T, (newP - sim.P) / (K * T))))
+        m = int(np.argmax(_estimates(sim, cands, cumC, T))) if cands.size > 1 else 0
         b = integer_split(sim, h, int(cands[m]), cont[m])
         iv = sim.run_interval(b)
         sim.commit(iv)
