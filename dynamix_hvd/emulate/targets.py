@@ -92,26 +92,30 @@ def targets_table(evals_by_controller: Mapping[str, Sequence[Sequence[EvalRecord
     return out
 
 
-def baseline_times(tab: Mapping[str, Any]) -> list[float | None]:
+BASELINES = ("static", "proportional")
+
+
+def baseline_times(tab: Mapping[str, Any], baselines: Sequence[str] = BASELINES) -> list[float | None]:
     """Per target of ``targets_table``: the better (smaller) median time of static and proportional,
     or None when neither reached it: what "(x)" ratios are taken against."""
     ctl = tab["controllers"]
     base: list[float | None] = []
     for j in range(len(tab["targets"])):
-        cands = [ctl[n]["time_to_target_s"][j] for n in ("static", "proportional") if n in ctl]
+        cands = [ctl[n]["time_to_target_s"][j] for n in baselines if n in ctl]
         cands = [c for c in cands if c is not None]
         base.append(min(cands) if cands else None)
     return base
 
 
-def paired_ratios(tab: Mapping[str, Any], name: str) -> list[float | None]:
+def paired_ratios(tab: Mapping[str, Any], name: str, baselines: Sequence[str] = BASELINES) -> list[float | None]:
     """Per target of ``targets_table``: the median over repeats of ``name``'s time divided by the
     better of static's and proportional's time *in the same repeat* (``dynamix bench`` runs every
     controller of a repeat on the same seed, so the seed's own speed cancels). Repeats where a
-    run did not reach the target are left out; None when fewer than half of them remain."""
+    run did not reach the target are left out; None when fewer than half of them remain.
+    ``baselines``: the controllers to take the better of (an A/A twin may stand in for one)."""
     ctl = tab["controllers"]
     mine = ctl[name]["runs"]
-    bases = [ctl[n]["runs"] for n in ("static", "proportional") if n in ctl]
+    bases = [ctl[n]["runs"] for n in baselines if n in ctl]
     out: list[float | None] = []
     for j in range(len(tab["targets"])):
         ratios = []
