@@ -145,6 +145,33 @@ class MoveLimits:
     hold_global_without_gns: bool = True
 
 
+def global_range(B_cur: float, stable: bool, room: float, limits: MoveLimits) -> tuple[float, float]:
+    """The global batches one decision may reach from ``B_cur`` (pure; the one statement of the
+    safety layer's global rules, used by ``limit_proposal`` and by the replay's ``causal_safe``
+    oracle): within a factor ``1 + max_global_change`` either way; with ``hold_global_without_gns``
+    and an unstable noise-scale estimate, only growth and only up to ``room``
+    (``stats.growth_room``; no move at all when ``B_cur`` is already at or above it)."""
+    g = limits.max_global_change
+    lo, hi = B_cur / (1.0 + g), B_cur * (1.0 + g)
+    if limits.hold_global_without_gns and not stable:
+        lo = B_cur
+        hi = min(hi, room) if B_cur < room else B_cur
+    return lo, hi
+
+
+def _global_note(B_cur: float, B: float, B_new: float, rel_err: float, stable: bool, room: float,
+                 limits: MoveLimits) -> str:
+    """Which of ``global_range``'s rules bound a proposal of ``B`` (clipped to ``B_new``)."""
+    held = limits.hold_global_without_gns and not stable
+    if held and B_new == B_cur:
+        return (f"global batch held at {B_cur:.0f} (proposed {B:.0f}): noise-scale estimate not stable "
+                f"(rel. err {rel_err:.2f})")
+    if held and B_new == room:
+        return (f"global batch growth {B_cur:.0f} -> {B:.0f} limited to {room:.0f}: noise-scale estimate not "
+                f"stable (rel. err {rel_err:.2f}), its lower bound {GROWTH_MARGIN:g}x that")
+    return f"global batch move {B_cur:.0f} -> {B:.0f} limited to a factor {1 + limits.max_global_change:g} per decision"
+
+
 def limit_proposal(state: ClusterState, proposed: Sequence[float], limits: MoveLimits,
                    min_batch: int = 1) -> tuple[list[float], list[str]]:
     """The proposal with the per-decision limits applied, and one note per limit that bound.
@@ -157,23 +184,14 @@ def limit_proposal(state: ClusterState, proposed: Sequence[float], limits: MoveL
         return [float(x) for x in proposed], []      # next_plan reports what is wrong with it
     notes: list[str] = []
     B_cur, B = float(cur.sum()), float(prop.sum())
-    room = float(state.glob.noise_scale_room)    # growth an unstable but huge noise scale supports
-    if limits.hold_global_without_gns and abs(B - B_cur) > 0.5 and not state.glob.noise_scale_stable:
-        if B_cur < B and B_cur < room:
-            if B > room:
-                notes.append(f"global batch growth {B_cur:.0f} -> {B:.0f} limited to {room:.0f}: noise-scale "
-                             f"estimate not stable (rel. err {state.glob.noise_scale_rel_err:.2f}), its lower "
-                             f"bound {GROWTH_MARGIN:g}x that")
-                B = room
-        else:
-            notes.append(f"global batch held at {B_cur:.0f} (proposed {B:.0f}): noise-scale estimate not stable "
-                         f"(rel. err {state.glob.noise_scale_rel_err:.2f})")
-            B = B_cur
-    g = limits.max_global_change
-    lo_B, hi_B = B_cur / (1.0 + g), B_cur * (1.0 + g)
+    stable, room = bool(state.glob.noise_scale_stable), float(state.glob.noise_scale_room)
+    lo_B, hi_B = global_range(B_cur, stable, room, limits)
+    if not stable and abs(B - B_cur) <= 0.5:
+        lo_B, hi_B = min(lo_B, B), max(hi_B, B)   # a rounding-sized drift is not a move to hold
     if not lo_B <= B <= hi_B:
-        notes.append(f"global batch move {B_cur:.0f} -> {B:.0f} limited to a factor {1 + g:g} per decision")
-        B = float(np.clip(B, lo_B, hi_B))
+        B_new = float(np.clip(B, lo_B, hi_B))
+        notes.append(_global_note(B_cur, B, B_new, state.glob.noise_scale_rel_err, stable, room, limits))
+        B = B_new
     x = limits.max_rank_change
     changed = np.array([bool(w.changed) for w in state.workers]) if len(state.workers) == cur.size else \
         np.zeros(cur.size, dtype=bool)

@@ -30,6 +30,7 @@ import numpy as np
 from dynamix_hvd.replay.progress import ProgressModel
 from dynamix_hvd.replay.sim import ReplaySim
 from dynamix_hvd.replay.throughput import equal_time_totals
+from dynamix_hvd.safety import MoveLimits, global_range
 
 N_GRID = 24
 N_EXACT = 3
@@ -170,18 +171,14 @@ def run_causal(sim: ReplaySim, seed: int, max_scale: float | None = None, max_de
 
 
 def safe_candidates(grid: np.ndarray, B_cur: float, stable: bool, room: float, hi: float,
-                    max_global_change: float = 0.5) -> np.ndarray:
-    """The global batches the safety layer lets a decision reach from ``B_cur`` (pure; the global
-    part of ``safety.limit_proposal``): within a factor ``1 + max_global_change`` either way; with
-    an unstable noise-scale estimate only growth, and only up to ``room`` (none without room).
-    The grid's points in that range plus its ends (the clipped values a controller gets for a
-    proposal beyond them), at most ``hi``."""
-    lo_B, hi_B = B_cur / (1.0 + max_global_change), min(B_cur * (1.0 + max_global_change), hi)
-    if not stable:
-        lo_B = B_cur
-        hi_B = min(hi_B, room) if B_cur < room else B_cur
+                    limits: MoveLimits | None = None) -> np.ndarray:
+    """The global batches the safety layer lets a decision reach from ``B_cur`` (pure; the range
+    is ``safety.global_range``, the rule ``limit_proposal`` applies to every controller): the
+    grid's points in that range plus its ends (the clipped values a controller gets for a proposal
+    beyond them), at most ``hi``."""
+    lo_B, hi_B = global_range(B_cur, stable, room, limits or MoveLimits())
     lo_B = max(lo_B, float(grid.min()))
-    hi_B = max(hi_B, lo_B)
+    hi_B = max(min(hi_B, hi), lo_B)
     inside = grid[(grid >= lo_B) & (grid <= hi_B)]
     return np.unique(np.concatenate([inside, np.round([lo_B, B_cur, hi_B])]).clip(grid.min(), hi)).astype(np.int64)
 
@@ -196,8 +193,6 @@ def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> 
     the workload. Like the other oracles it is greedy (one interval's lookahead), so it is an
     estimate of that room, not a ceiling: behind the hold a greedy step can strand it at a batch
     it may not leave (session 25: slower than goodput in 3 of 24 perturbed worlds, 1.42x in one)."""
-    from dynamix_hvd.safety import MoveLimits
-
     lim = MoveLimits()
     sim.reset(seed)
     grid = candidate_batches(sim)
@@ -207,8 +202,7 @@ def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> 
     schedule: list[int] = []
     while not sim.done and sim.decisions < max_decisions:
         h = _multipliers(sim, sim.t - K, K) if sim.t >= K else sim.hw.astype(float)
-        cands = safe_candidates(grid, B_cur, bool(sim.gns.stable), float(sim.gns.growth_room), hi,
-                                lim.max_global_change)
+        cands = safe_candidates(grid, B_cur, bool(sim.gns.stable), float(sim.gns.growth_room), hi, lim)
         cumC = sim.pm.cum_for(cands.astype(float))
         T, cont = _equal_time(sim, h, cands)
         m = int(np.argmax(_estimates(sim, cands, cumC, T))) if cands.size > 1 else 0

@@ -13,7 +13,7 @@ from dynamix_hvd.controllers.evidence import rel_uncertainty, split_evidence
 from dynamix_hvd.controllers.model import ComputeModel
 from dynamix_hvd.plan import Plan, PlanBounds, next_plan
 from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
-from dynamix_hvd.safety import MoveLimits, limit_proposal
+from dynamix_hvd.safety import MoveLimits, global_range, limit_proposal
 from dynamix_hvd.stats import NoiseScaleEstimator, growth_room
 
 
@@ -162,6 +162,29 @@ def test_limits_let_the_global_batch_grow_without_a_stable_noise_scale_only_with
     assert sum(out) == pytest.approx(96) and "not stable" in notes[0]  # already above the room: held
     out, notes = limit_proposal(st, [24, 24], MoveLimits())           # shrinking needs a stable estimate
     assert sum(out) == pytest.approx(64) and "not stable" in notes[0]
+
+
+def test_the_global_rules_are_stated_once_and_limit_proposal_applies_them():
+    """``global_range`` is the one statement of the global-batch rules; ``limit_proposal`` (every
+    controller) and the replay's ``causal_safe`` oracle (``safe_candidates``) both follow it."""
+    from dynamix_hvd.replay.oracle import safe_candidates
+
+    lim = MoveLimits()
+    assert global_range(100.0, True, 0.0, lim) == pytest.approx((100 / 1.5, 150))
+    assert global_range(100.0, False, 0.0, lim) == (100.0, 100.0)                # held
+    assert global_range(100.0, False, 120.0, lim) == (100.0, 120.0)              # growth to the room
+    assert global_range(100.0, False, 400.0, lim) == (100.0, 150.0)              # and 1.5x per decision
+    assert global_range(100.0, False, 0.0, MoveLimits(hold_global_without_gns=False))[0] < 100
+    grid = np.array([40, 64, 80, 100, 128, 160, 256], dtype=float)
+    for stable in (True, False):
+        for room in (0.0, 90.0, 150.0, 1000.0):
+            lo, hi = global_range(64.0, stable, room, lim)
+            c = safe_candidates(grid, 64.0, stable, room, 256.0, lim)
+            assert c.min() == round(max(lo, 40)) and c.max() == round(hi)
+            for want in (20.0, 60.0, 64.0, 70.0, 100.0, 200.0):
+                out, _ = limit_proposal(_state([32, 32], [0.03, 0.03], stable=stable, rel=0.1, room=room),
+                                        [want / 2, want / 2], lim)
+                assert sum(out) == pytest.approx(float(np.clip(want, lo, hi)))
 
 
 def test_limits_hold_the_global_batch_without_a_stable_noise_scale():
