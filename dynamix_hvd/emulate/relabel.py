@@ -115,3 +115,30 @@ def relabel_test(runs: Mapping[str, Sequence[Sequence[float | None]]], name: str
             "null_median": float(np.median(ok)) if ok.size else math.nan,
             "mean_log": float(m[0]),
             "p_mean": float(np.mean(mok >= m[0] - 1e-12)) if mok.size and math.isfinite(m[0]) else math.nan}
+
+
+def null_pass_by_repeats(runs: Mapping[str, Sequence[Sequence[float | None]]], name: str, pool: Sequence[str],
+                         repeats: Sequence[int], baselines: Sequence[str] = BASELINES, paired: bool = False,
+                         criterion: float = 1.03, draws: int = 2_000, seed: int = 0) -> dict[int, float]:
+    """How often a controller identical to the ``pool``'s would meet ``criterion`` with more repeats:
+    a bootstrap over the measured repeats (each drawn repeat keeps its static run, and its runs of
+    ``name`` and the ``pool`` are relabelled at random, as in ``relabel_test``). ``{n: share of
+    draws of n repeats whose figure is <= criterion}``. With few measured repeats the bootstrap
+    reuses them, so it is an estimate of how the criterion's resolution grows, not a promise."""
+    labels = [name, *[c for c in pool if c != name]]
+    n_have = min(len(runs[c]) for c in (*labels, *[b for b in baselines if b in runs]))
+    if n_have == 0:
+        raise ValueError(f"null_pass_by_repeats: no runs for one of {labels}")
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n in repeats:
+        ok = 0
+        for _ in range(draws):
+            reps = rng.integers(n_have, size=n)
+            relab = {c: [runs[c][r] for r in reps] for c in runs if c not in labels}
+            order = np.argsort(rng.random((n, len(labels))), axis=1)
+            for i, lab in enumerate(labels):
+                relab[lab] = [runs[labels[order[k, i]]][r] for k, r in enumerate(reps)]
+            ok += figure(relab, name, baselines, paired) <= criterion
+        out[int(n)] = ok / draws
+    return out

@@ -49,3 +49,13 @@ def test_many_repeats_are_sampled_with_the_observed_labelling_first():
     with pytest.raises(ValueError, match="no runs"):
         relabel_test({"static": [], "proportional": [], "proportional#twin": [], "ppo": []}, "ppo", POOL)
     assert math.isnan(figure({"ppo": [[None]], "static": [[None]]}, "ppo"))
+
+
+def test_more_repeats_let_an_identical_controller_meet_the_criterion_more_often():
+    from dynamix_hvd.emulate.relabel import null_pass_by_repeats
+
+    runs = _runs(1.0, noise=0.04, n_rep=5, n_t=8)
+    share = null_pass_by_repeats(runs, "ppo", POOL, (3, 40), draws=300)
+    assert share[3] < 0.3 and share[40] > 0.7
+    slower = null_pass_by_repeats(_runs(1.0, noise=0.0), "ppo", POOL, (3,), criterion=0.99, draws=50)
+    assert slower[3] == 0.0                                        # identical runs: exactly 1.00x > 0.99
