@@ -109,7 +109,7 @@ def make_scenario_world(workload: str, scenario: str, target: float | None = Non
     tr = SpeedTrace("schedule", f"scenario:{sc.name}", stride=stride, schedule=sched) if sched.active \
         else SpeedTrace("none", "none")
     # decision interval: the scenario's for a workload captured on it (the live cadence); otherwise the
-    # replay's automatic one (~300 decisions for the static run: a foreign workload's run is far longer)
+    # replay's automatic one (the hook's default cadence at that workload's step time, sim.hook_interval)
     sim = ReplaySim(pm, tp, tr, n, None, interval_steps or (sc.interval_steps if captured else None), base_batch,
                     dynamics=dyn, caps=caps)
     # the global-batch range of the live hook on this scenario: the bench's workers run with the

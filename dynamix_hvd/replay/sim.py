@@ -1,7 +1,12 @@
 """The replay simulator: a data-parallel job whose physics and statistics are measurements.
 
 One ``step(sizes)`` = one decision interval of ``interval_steps`` optimizer steps (fewer when the
-target is reached inside it) at per-rank local batches ``sizes``:
+target is reached inside it) at per-rank local batches ``sizes``. Unless given, the interval is the
+live hook's own cadence (``DynamixConfig.next_interval`` with its defaults: 10 steps, or enough
+steps for 0.5 s) at the start plan's step time in the seed's world: a controller decides as often
+as it would live. (Until session 26 the interval was chosen for about 300 decisions per static run:
+on ncf, whose steps take 28 ms, that was a decision every 246 steps, 7 s, against the hook's 18
+steps, and the ramp of every controller that grows the global batch took 25x longer than live.)
 
 * progress: ``ProgressModel`` (measured validation curves, ``replay/progress.py``);
 * step time: ``max_i tau_i(b_i)`` per step (``replay/throughput.py``), rank i's speed multiplier =
@@ -27,6 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import NAN, ClusterState, GlobalStats, WorkerStats
 from dynamix_hvd.replay.progress import ProgressModel
@@ -35,7 +41,13 @@ from dynamix_hvd.replay.throughput import NO_LINK, Link, ThroughputModel
 from dynamix_hvd.state import RAW_WORKER_FIELDS
 from dynamix_hvd.stats import NoiseScaleEstimator
 
-TARGET_DECISIONS = 300      # auto interval: about this many decisions for the static plan's run
+DEFAULT_BUDGET_STEPS = 3000  # budget reference when the start batch never reaches the target
+_HOOK = DynamixConfig()      # the live hook's defaults (frozen): its decision cadence
+
+
+def hook_interval(step_s: float) -> int:
+    """Steps per decision the live hook takes with its defaults at steps of ``step_s`` seconds."""
+    return _HOOK.next_interval(step_s)
 
 
 def default_base_batch(progress: ProgressModel, tp: ThroughputModel, n: int) -> int:
@@ -81,8 +93,10 @@ class ReplaySim:
         self._cum_list: dict[int, list[float]] = {}
         K = progress.n_levels
         s0 = float(self.cum(self.B0)[K])
-        self.static_steps = math.ceil(s0 / self.B0) if math.isfinite(s0) else 10 * TARGET_DECISIONS
-        self.interval_steps = int(interval_steps) if interval_steps else max(10, math.ceil(self.static_steps / TARGET_DECISIONS))
+        self.static_steps = math.ceil(s0 / self.B0) if math.isfinite(s0) else DEFAULT_BUDGET_STEPS
+        self._interval_given = int(interval_steps) if interval_steps else None
+        b0 = np.full(self.n, self.base_batch)
+        self.interval_steps = self._interval_given or hook_interval(float(tp.rank_times(np.ones(self.n), b0).max()))
         self.budget_factor, self.deadband = float(budget_factor), float(deadband)
         self.K = K
         self._raw_template = np.full((self.n, len(RAW_WORKER_FIELDS)), NAN)
@@ -123,6 +137,7 @@ class ReplaySim:
         self.reached = False
         b0 = np.full(self.n, self.base_batch)
         step0 = float(self.tp.rank_times(self.hw, b0, self.link).max())
+        self.interval_steps = self._interval_given or hook_interval(step0)   # the hook's cadence in this world
         self.budget_s = self.budget_factor * self.static_steps * step0
         self._gap = self._gap_at(0.0)
         self._phi_obs = math.nan

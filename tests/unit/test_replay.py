@@ -202,3 +202,16 @@ def test_cli_on_unknown_formats(tmp_path: Path, capsys):
     rc = cli_main(["replay", "--workload", str(tmp_path / "nope"), "--speed-trace", "none", "--workers", "2",
                    "--controllers", "static", "--seeds", "1", "--out", str(out)])
     assert rc == 2 and "not found" in capsys.readouterr().out
+
+
+def test_the_replay_decides_at_the_live_hooks_cadence():
+    """Unless given, a decision every 10 steps or every 0.5 s of steps, as the hook with its defaults
+    (``DynamixConfig.next_interval``), at the start plan's step time in the seed's world. ncf's
+    steps take ~28 ms: 11-18 steps (the old automatic interval was 246 steps, 7 s)."""
+    sim = make_world("ncf", "none", 8).sim
+    for seed in range(3):
+        sim.reset(seed)
+        step0 = float(sim.tp.rank_times(sim.hw, np.full(8, sim.base_batch)).max())
+        k = sim.interval_steps
+        assert 10 <= k <= 20 and k * step0 >= 0.5 - 1e-9 and (k == 10 or (k - 1) * step0 < 0.5)
+    assert make_world("ncf", "none", 8, interval_steps=40).sim.interval_steps == 40

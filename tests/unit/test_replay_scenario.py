@@ -13,6 +13,7 @@ from dynamix_hvd.cli import main as cli_main
 from dynamix_hvd.emulate.device import EmulatedDevice
 from dynamix_hvd.emulate.scenario import load_scenario
 from dynamix_hvd.replay.runner import make_scenario_world, make_world, run_controller, run_one
+from dynamix_hvd.replay.sim import hook_interval
 from dynamix_hvd.replay.scenario import CAPTURE_FILE, gradient_bytes, ring_s
 from dynamix_hvd.replay.throughput import Link
 
@@ -156,13 +157,17 @@ def test_captured_workload_keeps_the_live_time_and_interval(tmp_path: Path) -> N
     from dynamix_hvd.traces import shipped_workload
     d = tmp_path / "cap"
     shutil.copytree(shipped_workload("cifar10"), d)
-    f = scen(tmp_path, worker(1.0) + worker(1.0, bw=100))
+    f = tmp_path / "sc7.toml"
+    f.write_text(HEAD.replace("interval_steps = 10", "interval_steps = 7") + worker(1.0) + worker(1.0, bw=100))
     auto = make_scenario_world(str(d), str(f))
-    assert auto.sim.interval_steps != 10 and auto.sim.scenario_info["time_scale"] != 1.0
+    assert auto.sim.scenario_info["time_scale"] != 1.0
+    auto.sim.reset(0)                                  # a foreign workload: the hook's cadence at its step time
+    step0 = float(auto.sim.tp.rank_times(auto.sim.hw, np.full(2, auto.sim.base_batch), auto.sim.link).max())
+    assert auto.sim.interval_steps == hook_interval(step0) >= 10
     (d / CAPTURE_FILE).write_text(json.dumps({"scenario": "rs"}))
     cap = make_scenario_world(str(d), str(f))
     info = cap.sim.scenario_info
-    assert info["captured"] and info["time_scale"] == 1.0 and cap.sim.interval_steps == 10
+    assert info["captured"] and info["time_scale"] == 1.0 and cap.sim.interval_steps == 7   # the scenario's
     assert info["sync_multiplier_start"] == 1.0        # the slow link is already in the measured sync
     assert auto.sim.scenario_info["sync_multiplier_start"] > 1.0
 
