@@ -18,8 +18,8 @@ A second table takes every relabelling of PPO, proportional and the twin within 
 (``emulate.relabel``: an exact permutation test of "PPO behaves like proportional"): for the
 issue's figure (medians and paired) its ``p`` and the share of relabellings that meet 1.03x (how
 often a controller identical to proportional would pass with these runs); and the geometric mean
-over repeats and targets of PPO's time over the better baseline's in the same repeat, with its
-``p``. Over all scenarios, Fisher's method combines the latter ``p``s.
+over repeats and targets of PPO's time over the geometric mean of proportional's and the twin's in
+the same repeat, with its ``p``. Over all scenarios, Fisher's method combines the latter ``p``s.
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nPermutation test: PPO, proportional and the twin relabelled within each repeat "
           "(p: share of relabellings at least as bad as observed; null pass: share meeting 1.03x)\n")
     print("| scenario | repeats | relabellings | PPO (medians) | p | null pass | PPO (paired) | p | null pass "
-          "| PPO / better baseline, geomean of runs | p |")
+          "| PPO / proportional and twin, geomean of runs | p |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     ps = []
     for name, n_rep, med, par, _ in tests:

@@ -59,3 +59,12 @@ def test_more_repeats_let_an_identical_controller_meet_the_criterion_more_often(
     assert share[3] < 0.3 and share[40] > 0.7
     slower = null_pass_by_repeats(_runs(1.0, noise=0.0), "ppo", POOL, (3,), criterion=0.99, draws=50)
     assert slower[3] == 0.0                                        # identical runs: exactly 1.00x > 0.99
+
+
+def test_a_lucky_proportional_does_not_make_a_twin_look_slow():
+    """The geomean test compares X with the pool (proportional and its twin), not with proportional
+    alone: when proportional's runs are the fastest in every repeat, a twin-like X is not flagged."""
+    runs = _runs(1.0, noise=0.0)
+    runs["proportional"] = [[t * 0.9 for t in row] for row in runs["proportional"]]   # lucky every time
+    r = relabel_test(runs, "ppo", POOL)
+    assert r["mean_log"] == pytest.approx(0.5 * -math.log(0.9)) and r["p_mean"] > 0.2
