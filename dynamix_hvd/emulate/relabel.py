@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dynamix_hvd.emulate.targets import BASELINES, median_or_none, paired_ratios
+from dynamix_hvd.emulate.targets import BASELINES, baseline_times, median_or_none, paired_ratios
 
 
 def figure_ratios(runs: Mapping[str, Sequence[Sequence[float | None]]], name: str,
@@ -45,16 +45,15 @@ def figure_ratios(runs: Mapping[str, Sequence[Sequence[float | None]]], name: st
     better of the baselines' medians (``paired``: the median over repeats of the ratio to the
     better baseline of the same repeat, ``targets.paired_ratios``); None where that is undefined."""
     n_t = len(runs[name][0]) if runs[name] else 0
+    tab = {"targets": [0.0] * n_t,
+           "controllers": {c: {"runs": runs[c], "time_to_target_s": [median_or_none(r[j] for r in runs[c])
+                                                                      for j in range(n_t)]}
+                           for c in (name, *baselines) if c in runs}}
     if paired:
-        tab = {"targets": [0.0] * n_t, "controllers": {c: {"runs": runs[c]} for c in (name, *baselines) if c in runs}}
         return paired_ratios(tab, name, baselines)
-    med = {c: [median_or_none(r[j] for r in runs[c]) for j in range(n_t)] for c in (name, *baselines) if c in runs}
-    out: list[float | None] = []
-    for j in range(n_t):
-        base = [med[c][j] for c in baselines if c in med and med[c][j] is not None]
-        x = med[name][j]
-        out.append(x / min(base) if x is not None and base and min(base) > 0 else None)  # type: ignore[operator]
-    return out
+    base = baseline_times(tab, baselines)
+    mine = tab["controllers"][name]["time_to_target_s"]
+    return [x / b if x is not None and b else None for x, b in zip(mine, base)]
 
 
 def figure(runs: Mapping[str, Sequence[Sequence[float | None]]], name: str,
