@@ -53,6 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--loss-penalty", type=float, default=0.0,
                    help="replay: extra cost of ending slower than goodput, x the shortfall (0 = plain return)")
     r.add_argument("--no-curriculum", action="store_true", help="replay: sample pooled worlds uniformly")
+    r.add_argument("--method", default="ppo", choices=["ppo", "imitate"],
+                   help="replay: PPO on the progress reward, or DAgger imitation of causal_safe (agent/imitate.py)")
+    r.add_argument("--dagger-iters", type=int, default=3, help="replay, imitate: DAgger iterations")
+    r.add_argument("--worlds-per-iter", type=int, default=24, help="replay, imitate: worlds rolled out per iteration")
+    r.add_argument("--epochs", type=int, default=20, help="replay, imitate: passes over the aggregate per iteration")
 
 
 def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
@@ -157,6 +162,13 @@ def _run_replay(args: argparse.Namespace) -> int:
         print(f"training in the replay world: {args.timesteps} steps, seed {args.seed}, workloads {cfg.workloads}, "
               f"anchor {cfg.action.anchor}, history {cfg.history}, disabled {sorted(cfg.obs.disabled_groups)}, "
               f"curriculum {cfg.curriculum} -> {args.out}", flush=True)
+    if args.method == "imitate":
+        from dynamix_hvd.agent.imitate import train_imitation
+        meta = train_imitation(cfg, args.seed, Path(args.out), iters=args.dagger_iters,
+                               worlds_per_iter=args.worlds_per_iter, epochs=args.epochs, hidden=args.hidden,
+                               verbose=not args.quiet, command="dynamix " + " ".join(sys.argv[1:]))
+        print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {meta['dagger'][-1]}")
+        return 0
     meta = train_replay(cfg, args.timesteps, args.seed, Path(args.out), args.n_envs, args.hidden, args.threads,
                         verbose=not args.quiet, command="dynamix " + " ".join(sys.argv[1:]))
     print(f"saved {args.out} in {meta['wall_s']:.0f}s; {meta['episodes']} episodes; time / goodput over the "

@@ -117,6 +117,22 @@ def _multipliers(sim: ReplaySim, step0: int, K: int) -> np.ndarray:
     return sim.hw * (lengths @ F) / lengths.sum()
 
 
+def last_interval_multipliers(sim: ReplaySim) -> np.ndarray:
+    """What a controller could know of the speeds when it decides: every rank's true compute
+    multiplier over the interval that has just ended (the hardware alone before the first)."""
+    K = sim.interval_steps
+    return _multipliers(sim, sim.t - K, K) if sim.t >= K else sim.hw.astype(float)
+
+
+def causal_scores(sim: ReplaySim, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The causal oracles' decision rule from the simulator's current state: the ``_score`` of
+    each candidate global batch over the coming interval (true progress curves, the last
+    interval's true speeds, each candidate split to equal times) and the continuous splits."""
+    cands = np.asarray(cands)
+    T, cont = _equal_time(sim, last_interval_multipliers(sim), cands)
+    return _estimates(sim, cands, sim.pm.cum_for(cands.astype(float)), T), cont
+
+
 def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_exact: int,
              max_decisions: int, causal: bool = False) -> tuple[float, list[int]]:
     """One oracle episode over ``cands``: per interval the best of the ``n_exact`` best-estimated
@@ -129,7 +145,7 @@ def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_e
     schedule: list[int] = []
     while not sim.done and sim.decisions < max_decisions:
         if causal:
-            h = _multipliers(sim, sim.t - K, K) if sim.t >= K else sim.hw.astype(float)
+            h = last_interval_multipliers(sim)
             n_exact = 1
         else:
             h = _multipliers(sim, sim.t, K)
@@ -197,16 +213,13 @@ def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> 
     sim.reset(seed)
     grid = candidate_batches(sim)
     hi = float(grid.max())
-    K = sim.interval_steps
     B_cur = float(sim.B0)
     schedule: list[int] = []
     while not sim.done and sim.decisions < max_decisions:
-        h = _multipliers(sim, sim.t - K, K) if sim.t >= K else sim.hw.astype(float)
         cands = safe_candidates(grid, B_cur, bool(sim.gns.stable), float(sim.gns.growth_room), hi, lim)
-        cumC = sim.pm.cum_for(cands.astype(float))
-        T, cont = _equal_time(sim, h, cands)
-        m = int(np.argmax(_estimates(sim, cands, cumC, T))) if cands.size > 1 else 0
-        b = integer_split(sim, h, int(cands[m]), cont[m])
+        score, cont = causal_scores(sim, cands)
+        m = int(np.argmax(score)) if cands.size > 1 else 0
+        b = integer_split(sim, last_interval_multipliers(sim), int(cands[m]), cont[m])
         iv = sim.run_interval(b)
         sim.commit(iv)
         sim.observe(b, iv)            # the noise-scale estimator a controller would read

@@ -1,0 +1,252 @@
+"""Imitation of the causal oracle behind the safety layer (DAgger), in the replay world.
+
+PPO's return in the replay world is the time to target relative to goodput's, paid at the end
+of episodes of 100-600 decisions: trained on it, the goodput-anchored residual learns to leave
+goodput's choice alone (sessions 24-26). This trainer gives the same policy network a dense,
+per-decision target instead: the **expert** is ``causal_safe`` (``replay/oracle.py``: the true
+workload curves and the speeds of the interval that has just ended, no future) restricted to the
+policy's own actions. At a state, every global scale is tried through the live decision path
+(``decide.decide_plan`` on a copy of the controller: anchor, evidence gate, ``limit_proposal``,
+``next_plan``); the global batches they lead to are scored by ``oracle.causal_scores``; the label
+is the best scale, the no-op when it is within ``tie`` of the best (the policy departs from
+goodput only where the truth says it pays). Per-worker levels are labelled "no change" (the
+anchor's split is the closed-form answer; the evidence gate zeroes them anyway).
+
+DAgger (Ross et al., 2011): iteration 0 rolls the expert out; iteration i rolls out the policy
+trained on everything so far (deterministic) and labels the states *it* visits, so the policy
+learns what to do where its own mistakes take it. Each iteration retrains from scratch on the
+aggregate (cross-entropy on the labels).
+
+What the policy sees is only the live observation (``PPOController.observe``): noise scale,
+loss trends, step-time features, progress; never the curves. Whether those features tell, on a
+workload it has not seen, when goodput's efficiency model is wrong is what leave-one-out
+measures (``dynamix eval-replay --loo``).
+
+    dynamix train-policy --world replay --method imitate --dagger-iters 3 --worlds-per-iter 24 \\
+        --seed 0 --out policy.zip [--workloads bert,cifar10,deepspeech2]
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
+from dynamix_hvd.decide import decide_plan
+from dynamix_hvd.replay.oracle import causal_scores
+from dynamix_hvd.replay.worlds import WorldSpec, draw_spec
+
+
+def scale_outcomes(env: ReplayEnv) -> np.ndarray:
+    """The global batch each global scale would lead to from the env's current state (the live
+    decision path on a copy of the controller; nothing of the env changes)."""
+    n = env.sim.n
+    out = np.empty(len(env.cfg.action.global_scales))
+    for j in range(out.size):
+        c = copy.deepcopy(env.ctl)
+        c.pending = (np.zeros(n), j)
+        plan = decide_plan(c, env.state, env.bounds, env.sim.t, env.limits)[0]
+        out[j] = float(sum(plan.batch_sizes))
+    return out
+
+
+def expert_label(env: ReplayEnv, tie: float = 0.01) -> tuple[int, np.ndarray]:
+    """The causal oracle's choice among the policy's global scales, and every scale's regret.
+
+    Regret of scale j: its relative loss against the best scale by ``oracle.causal_scores``
+    (1 - rate_j / rate_best; when the best finishes inside the interval, the relative extra time,
+    or 1 for a scale that does not finish). The no-op gets a bonus of ``tie`` (a departure from
+    goodput must gain more than that). Returns (the least-regret scale, nearest the no-op on
+    ties; the regrets after the bonus, >= 0)."""
+    Bj = scale_outcomes(env)
+    uniq, inv = np.unique(Bj, return_inverse=True)
+    score, _ = causal_scores(env.sim, uniq.astype(np.int64))
+    s = score[inv]
+    best = float(s.max())
+    if best >= 1e11:     # the best finishes inside the interval: compare finishing times (1e12 - t)
+        t = 1e12 - s
+        reg = np.where(s >= 1e11, t / (1e12 - best) - 1.0, 1.0)
+    else:
+        reg = 1.0 - s / best if best > 0 else np.zeros_like(s)
+    noop = env.cfg.action.noop_global
+    reg = np.maximum(reg, 0.0)
+    reg[noop] = max(0.0, reg[noop] - tie)
+    low = np.flatnonzero(reg <= reg.min() + 1e-12)
+    return int(low[np.argmin(np.abs(low - noop))]), reg
+
+
+@dataclass
+class Sample:
+    obs: np.ndarray      # (N, F + 1) float32, one row per worker plus the mask column
+    label: int
+    regret: np.ndarray   # (n_global,) every global scale's regret (expert_label)
+    world: str
+
+
+def rollout(env: ReplayEnv, spec: WorldSpec, policy: Any = None, max_decisions: int = 600,
+            every: int = 1, tie: float = 0.01) -> tuple[list[Sample], float, bool]:
+    """One episode in ``spec``'s world driven by the expert (``policy`` None) or by ``policy``
+    (deterministic); every ``every``-th state is labelled by the expert. Returns (samples,
+    simulated time, reached)."""
+    obs, _ = env.reset(options={"spec": spec, "goodput_s": 1.0, "goodput_decisions": max_decisions // 3 + 1})
+    n, cfg = env.sim.n, env.cfg
+    samples: list[Sample] = []
+    t = 0
+    while True:
+        label, reg = expert_label(env, tie)
+        if t % every == 0:
+            samples.append(Sample(obs[:n].astype(np.float32), label, reg.astype(np.float32), spec.label()))
+        if policy is None:
+            a = np.concatenate([np.full(cfg.n_max, cfg.action.k), [label]])
+        else:              # the live controller's deterministic act (PPOController.act)
+            rows, g = policy.mlp_extractor.act_rows(obs[:n, 1:])
+            a = np.concatenate([rows, np.full(cfg.n_max - n, cfg.action.k), [g]])
+        obs, _, term, trunc, info = env.step(a)
+        t += 1
+        if term or trunc:
+            return samples, float(info["time_s"]), bool(info["reached"])
+
+
+def _batch(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray]:
+    """Observations padded to the batch's largest N (mask column 0 on padding) and labels."""
+    F = samples[0].obs.shape[1]
+    X = np.zeros((len(samples), max(s.obs.shape[0] for s in samples), F), dtype=np.float32)
+    for i, s in enumerate(samples):
+        X[i, : s.obs.shape[0]] = s.obs
+    return X, np.array([s.label for s in samples], dtype=np.int64)
+
+
+def soft_targets(regret: np.ndarray, temperature: float) -> np.ndarray:
+    """The distribution a policy is fitted to: exp(-regret / temperature), normalised (scales
+    whose regret differs by much less than the temperature are equally good targets)."""
+    z = -np.asarray(regret, dtype=np.float64) / max(temperature, 1e-9)
+    z -= z.max(axis=-1, keepdims=True)
+    q = np.exp(z)
+    return q / q.sum(axis=-1, keepdims=True)
+
+
+def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch: int = 64,
+        lr: float = 1e-3, seed: int = 0, temperature: float = 0.02) -> list[float]:
+    """Cross-entropy of the global-scale soft targets (``soft_targets`` of the regrets) plus, per
+    valid row, of "no change" (the actor's logits, ``RowNet.actor_logits``), Adam. Returns the
+    mean loss per epoch."""
+    import torch
+    import torch.nn.functional as F
+    net = policy.mlp_extractor
+    params = [p for name, p in net.named_parameters() if "_vf" not in name]
+    opt = torch.optim.Adam(params, lr=lr)
+    rng = np.random.default_rng(seed)
+    # batches of similar N (less padding): sort by N, cut, shuffle the batches
+    order = np.argsort([s.obs.shape[0] for s in samples], kind="stable")
+    losses = []
+    for _ in range(epochs):
+        cuts = [order[i:i + batch] for i in range(0, order.size, batch)]
+        rng.shuffle(cuts)
+        tot = 0.0
+        for ids in cuts:
+            part = [samples[j] for j in ids]
+            X, _ = _batch(part)
+            q = torch.as_tensor(soft_targets(np.stack([p.regret for p in part]), temperature), dtype=torch.float32)
+            x = torch.as_tensor(X)
+            row, glob = net.actor_logits(x)
+            m = x[..., 0]
+            row_ce = F.cross_entropy(row.reshape(-1, row.shape[-1]), torch.full((row.shape[0] * row.shape[1],), k),
+                                     reduction="none").reshape(m.shape)
+            loss = F.cross_entropy(glob, q) + ((row_ce * m).sum(1) / m.sum(1)).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            tot += float(loss.detach()) * len(ids)
+        losses.append(tot / len(samples))
+    return losses
+
+
+def accuracy(policy: Any, samples: Sequence[Sample]) -> float:
+    """Share of samples whose deterministic global action is the label."""
+    net = policy.mlp_extractor
+    hit = sum(int(net.act_rows(s.obs[:, 1:])[1] == s.label) for s in samples)
+    return hit / max(1, len(samples))
+
+
+def draw_worlds(cfg: ReplayEnvConfig, rng: np.random.Generator, count: int) -> list[WorldSpec]:
+    return [draw_spec(rng, cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob) for _ in range(count)]
+
+
+def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, worlds_per_iter: int = 24,
+                    epochs: int = 20, hidden: int = 64, tie: float = 0.01, max_decisions: int = 600,
+                    every: int = 1, verbose: bool = True, command: str = "") -> dict[str, Any]:
+    """DAgger with ``iters`` iterations (the first rolls the expert out); saves the policy like
+    ``replay_train.train_replay`` (zip + json + curve)."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from dynamix_hvd.agent.replay_train import REPLAY_PPO
+    from dynamix_hvd.agent.run_files import save_run
+    from dynamix_hvd.controllers.policy.net import SharedRowPolicy
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng([seed, 5151])
+    env = ReplayEnv(cfg)
+    dyn = cfg.to_dict()
+    dyn["imitation"] = {"expert": "causal_safe", "tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter}
+    venv = DummyVecEnv([lambda: env])
+    model = PPO(SharedRowPolicy, venv, seed=seed, verbose=0, device="cpu", _init_setup_model=True,
+                policy_kwargs=dict(hidden=hidden, dynamix_config=dyn), **REPLAY_PPO)
+    data: list[Sample] = []
+    curve: list[tuple[int, float, float, float]] = []
+    log: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    k = cfg.action.k
+    for it in range(iters):
+        worlds = draw_worlds(cfg, rng, worlds_per_iter)
+        moved = 0
+        for spec in worlds:
+            s, _, _ = rollout(env, spec, None if it == 0 else model.policy, max_decisions, every, tie)
+            data.extend(s)
+            moved += sum(x.label != cfg.action.noop_global for x in s)
+        fresh = SharedRowPolicy(env.observation_space, env.action_space, lambda _: 1e-3, hidden=hidden,
+                                dynamix_config=dyn)
+        model.policy.load_state_dict(fresh.state_dict())
+        losses = fit(model.policy, data, k, epochs=epochs, seed=seed + it)
+        labels = np.bincount([x.label for x in data], minlength=len(cfg.action.global_scales))
+        acc = accuracy(model.policy, data)
+        log.append({"iter": it, "worlds": len(worlds), "samples": len(data), "moved_labels": int(moved),
+                    "label_counts": labels.tolist(), "final_loss": losses[-1], "train_accuracy": acc,
+                    "wall_s": round(time.perf_counter() - t0, 1)})
+        curve.append((len(data), losses[-1], acc, time.perf_counter() - t0))
+        if verbose:
+            print(f"  iter {it}: {len(data)} samples, labels {labels.tolist()}, loss {losses[-1]:.4f}, "
+                  f"accuracy {acc:.3f}, {time.perf_counter() - t0:.0f}s", flush=True)
+    elapsed = time.perf_counter() - t0
+    meta = save_run(model, out, curve, ["samples", "final_loss", "train_accuracy", "wall_s"],
+                    {"world": "replay", "method": "imitate (DAgger, expert causal_safe)", "seed": seed,
+                     "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "hidden": hidden,
+                     "tie": tie, "env": dyn, "wall_s": round(elapsed, 1), "dagger": log, "command": command},
+                    _plot_imitation)
+    return meta
+
+
+def _plot_imitation(curve, path: Path, title: str) -> None:
+    if not curve:
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    c = np.asarray(curve)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(c[:, 0], c[:, 2], marker="o", label="accuracy on the aggregated labels")
+    ax.set_xlabel("samples (DAgger aggregate)")
+    ax.set_ylabel("label accuracy")
+    ax.set_title(f"imitation of causal_safe: {title}")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
