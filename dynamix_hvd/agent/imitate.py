@@ -176,48 +176,96 @@ def draw_worlds(cfg: ReplayEnvConfig, rng: np.random.Generator, count: int) -> l
     return [draw_spec(rng, cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob) for _ in range(count)]
 
 
+def save_samples(path: str | Path, samples: Sequence[Sample]) -> None:
+    """Samples as plain arrays (rows of every observation stacked, offsets, labels, regrets, world
+    labels as text): ``load_samples`` reads them with ``allow_pickle=False``."""
+    off = np.cumsum([0] + [s.obs.shape[0] for s in samples])
+    np.savez_compressed(path, rows=np.concatenate([s.obs for s in samples]).astype(np.float32), offsets=off,
+                        labels=np.array([s.label for s in samples]), regrets=np.stack([s.regret for s in samples]),
+                        worlds=np.array([s.world for s in samples], dtype=str))
+
+
+def load_samples(path: str | Path) -> list[Sample]:
+    with np.load(path, allow_pickle=False) as d:
+        rows, off, labels, reg, worlds = d["rows"], d["offsets"], d["labels"], d["regrets"], d["worlds"]
+    return [Sample(rows[off[i]:off[i + 1]], int(labels[i]), reg[i], str(worlds[i])) for i in range(labels.size)]
+
+
+def with_observation(samples: Sequence[Sample], cfg: ReplayEnvConfig) -> list[Sample]:
+    """Samples seen through ``cfg``'s observation: the columns of its disabled groups zeroed (as
+    ``state.build_observation`` does), so samples collected once serve every ablation."""
+    mask = np.concatenate([[1.0], cfg.obs.column_mask()]).astype(np.float32)
+    if samples and samples[0].obs.shape[1] != mask.size:
+        raise ValueError(f"samples have {samples[0].obs.shape[1]} columns; this observation has {mask.size}")
+    return [Sample(s.obs * mask, s.label, s.regret, s.world) for s in samples]
+
+
+def workload_of(sample: Sample) -> str:
+    return sample.world.split("/", 1)[0]
+
+
+class Trainer:
+    """A policy file of the replay env's shape (the SB3 zip the PPO controller loads), fitted
+    from scratch to a set of samples."""
+
+    def __init__(self, cfg: ReplayEnvConfig, seed: int = 0, hidden: int = 64, meta: dict[str, Any] | None = None):
+        import torch
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        from dynamix_hvd.agent.replay_train import REPLAY_PPO
+        from dynamix_hvd.controllers.policy.net import SharedRowPolicy
+        torch.manual_seed(seed)
+        torch.set_num_threads(1)
+        self.cfg, self.seed, self.hidden = cfg, seed, hidden
+        self.env = ReplayEnv(cfg)
+        self.dyn = cfg.to_dict()
+        self.dyn["imitation"] = dict(meta or {}, expert="causal_safe")
+        self.model = PPO(SharedRowPolicy, DummyVecEnv([lambda: self.env]), seed=seed, verbose=0, device="cpu",
+                         policy_kwargs=dict(hidden=hidden, dynamix_config=self.dyn), **REPLAY_PPO)
+        self._init = {k: v.clone() for k, v in self.model.policy.state_dict().items()}
+
+    @property
+    def policy(self) -> Any:
+        return self.model.policy
+
+    def fit(self, samples: Sequence[Sample], epochs: int, seed: int = 0) -> list[float]:
+        self.model.policy.load_state_dict(self._init)       # from scratch on the aggregate
+        return fit(self.model.policy, samples, self.cfg.action.k, epochs=epochs, seed=seed)
+
+    def save(self, out: str | Path, curve: Sequence[Sequence[float]], meta: dict[str, Any]) -> dict[str, Any]:
+        from dynamix_hvd.agent.run_files import save_run
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return save_run(self.model, out, curve, ["samples", "final_loss", "train_accuracy", "wall_s"],
+                        dict(meta, env=self.dyn, seed=self.seed, hidden=self.hidden), _plot_imitation)
+
+
 def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, worlds_per_iter: int = 24,
                     epochs: int = 20, hidden: int = 64, tie: float = 0.01, max_decisions: int = 600,
-                    every: int = 1, verbose: bool = True, command: str = "") -> dict[str, Any]:
-    """DAgger with ``iters`` iterations (the first rolls the expert out); saves the policy like
-    ``replay_train.train_replay`` (zip + json + curve)."""
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
-    from dynamix_hvd.agent.replay_train import REPLAY_PPO
-    from dynamix_hvd.agent.run_files import save_run
-    from dynamix_hvd.controllers.policy.net import SharedRowPolicy
-
-    torch.manual_seed(seed)
-    torch.set_num_threads(1)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+                    every: int = 1, verbose: bool = True, command: str = "",
+                    samples: Sequence[Sample] = ()) -> dict[str, Any]:
+    """DAgger with ``iters`` iterations (the first rolls the expert out, unless ``samples``
+    already hold expert roll-outs: then every iteration rolls the policy out); saves the policy
+    like ``replay_train.train_replay`` (zip + json + curve)."""
+    tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter})
     rng = np.random.default_rng([seed, 5151])
-    env = ReplayEnv(cfg)
-    dyn = cfg.to_dict()
-    dyn["imitation"] = {"expert": "causal_safe", "tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter}
-    venv = DummyVecEnv([lambda: env])
-    model = PPO(SharedRowPolicy, venv, seed=seed, verbose=0, device="cpu", _init_setup_model=True,
-                policy_kwargs=dict(hidden=hidden, dynamix_config=dyn), **REPLAY_PPO)
-    data: list[Sample] = []
+    data: list[Sample] = with_observation(samples, cfg)
     curve: list[tuple[int, float, float, float]] = []
     log: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    k = cfg.action.k
+    if data:
+        tr.fit(data, epochs, seed)
     for it in range(iters):
         worlds = draw_worlds(cfg, rng, worlds_per_iter)
         moved = 0
         for spec in worlds:
-            s, _, _ = rollout(env, spec, None if it == 0 else model.policy, max_decisions, every, tie)
+            s, _, _ = rollout(tr.env, spec, None if (it == 0 and not data) else tr.policy, max_decisions, every, tie)
             data.extend(s)
             moved += sum(x.label != cfg.action.noop_global for x in s)
-        fresh = SharedRowPolicy(env.observation_space, env.action_space, lambda _: 1e-3, hidden=hidden,
-                                dynamix_config=dyn)
-        model.policy.load_state_dict(fresh.state_dict())
-        losses = fit(model.policy, data, k, epochs=epochs, seed=seed + it)
+        losses = tr.fit(data, epochs, seed + it)
         labels = np.bincount([x.label for x in data], minlength=len(cfg.action.global_scales))
-        acc = accuracy(model.policy, data)
+        acc = accuracy(tr.policy, data)
         log.append({"iter": it, "worlds": len(worlds), "samples": len(data), "moved_labels": int(moved),
                     "label_counts": labels.tolist(), "final_loss": losses[-1], "train_accuracy": acc,
                     "wall_s": round(time.perf_counter() - t0, 1)})
@@ -225,13 +273,10 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
         if verbose:
             print(f"  iter {it}: {len(data)} samples, labels {labels.tolist()}, loss {losses[-1]:.4f}, "
                   f"accuracy {acc:.3f}, {time.perf_counter() - t0:.0f}s", flush=True)
-    elapsed = time.perf_counter() - t0
-    meta = save_run(model, out, curve, ["samples", "final_loss", "train_accuracy", "wall_s"],
-                    {"world": "replay", "method": "imitate (DAgger, expert causal_safe)", "seed": seed,
-                     "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "hidden": hidden,
-                     "tie": tie, "env": dyn, "wall_s": round(elapsed, 1), "dagger": log, "command": command},
-                    _plot_imitation)
-    return meta
+    return tr.save(out, curve, {"world": "replay", "method": "imitate (DAgger, expert causal_safe)",
+                                "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "tie": tie,
+                                "start_samples": len(samples), "wall_s": round(time.perf_counter() - t0, 1),
+                                "dagger": log, "command": command})
 
 
 def _plot_imitation(curve, path: Path, title: str) -> None:

@@ -254,10 +254,14 @@ class ReplaySim:
                                        compute_s=float(row[2]), step_s=float(row[3]), comm_s=float(row[4]),
                                        allreduce_p50_s=float(row[5]), loss=float(out["loss"]),
                                        compute_se_s=sig * float(row[2])))
-        glob = GlobalStats(step=self.t, progress=out["progress"], noise_scale=out["noise_scale"],
+        # progress and the validation-loss trend as the live hook gives them: it knows neither the
+        # training budget nor a validation loss (``decide.Decider.global_stats``: progress 0, NaN).
+        # Until session 27 the replay showed the policy P / K and a validation trend here, which it
+        # never sees live (the progress column of every live observation is 0)
+        glob = GlobalStats(step=self.t, progress=0.0, noise_scale=out["noise_scale"],
                            noise_scale_rel_err=out["noise_scale_rel_err"], noise_scale_stable=out["noise_scale_stable"],
                            noise_scale_room=out.get("noise_scale_room", 0.0),
                            loss=out["loss"],
                            loss_trend=out["loss_trend"], grad_var_trend=out["grad_var_trend"], val_loss=NAN,
-                           val_loss_trend=out["val_loss_trend"], samples_per_s=out["samples_per_s"])
+                           val_loss_trend=NAN, samples_per_s=out["samples_per_s"])
         return ClusterState(plan=plan, workers=workers, glob=glob, last_action=last_action)

@@ -110,3 +110,24 @@ def test_imitation_training_writes_a_policy_the_live_controller_runs(tmp_path):
     assert dyn["imitation"]["expert"] == "causal_safe" and dyn["action"]["global_scales"] == [0.8, 1.0, 1.25]
     r = run_controller(build_sim(WorldSpec("ncf", 4, "none", 0)), f"ppo:{out}", 0)
     assert r["time_to_target_s"] is not None
+
+
+def test_samples_round_trip_without_pickle_and_ablations_zero_their_columns(tmp_path):
+    from dynamix_hvd.agent.imitate import load_samples, save_samples, with_observation, workload_of
+    from dynamix_hvd.state import FEATURE_GROUPS, FEATURE_NAMES, ObsConfig
+    rng = np.random.default_rng(1)
+    F = len(FEATURE_NAMES) + 1
+    samples = [Sample(rng.normal(size=(n, F)).astype(np.float32), n % 7, rng.random(7).astype(np.float32),
+                      f"{w}/none/N={n}/s1") for n, w in ((3, "bert"), (5, "ncf"))]
+    p = tmp_path / "s.npz"
+    save_samples(p, samples)
+    back = load_samples(p)       # np.load(allow_pickle=False) inside: object arrays would raise
+    assert [workload_of(s) for s in back] == ["bert", "ncf"]
+    for a, b in zip(samples, back):
+        assert np.array_equal(a.obs, b.obs) and a.label == b.label and np.array_equal(a.regret, b.regret)
+    cfg = ReplayEnvConfig(history=0, obs=ObsConfig(frozenset({"system", "network"})))
+    z = with_observation(back, cfg)[0].obs
+    for j, name in enumerate(FEATURE_NAMES):
+        zeroed = FEATURE_GROUPS[name] in ("system", "network")
+        assert np.all(z[:, 1 + j] == 0) == zeroed, name
+    assert np.array_equal(z[:, 0], back[0].obs[:, 0])       # the mask column is kept

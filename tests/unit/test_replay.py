@@ -153,7 +153,9 @@ def test_controllers_run_unchanged():
     st = sim.cluster_state(Plan.uniform(6, 10), out)
     w = st.workers[0]
     assert st.world_size == 6 and w.max_batch == sim.tp.cap and w.step_s >= w.compute_s > 0
-    assert math.isnan(w.nic_tx_Bps) and st.glob.noise_scale > 0 and 0 < st.glob.progress < 1
+    assert math.isnan(w.nic_tx_Bps) and st.glob.noise_scale > 0 and 0 < out["progress"] < 1
+    # what the policy sees is what the live hook gives: no training budget, no validation loss
+    assert st.glob.progress == 0.0 and math.isnan(st.glob.val_loss_trend)
     assert w.compute_se_s == pytest.approx(sim.tp.timing_sigma * w.compute_s)
     assert not st.glob.noise_scale_stable                 # the live estimator: one update is not enough
     for _ in range(6):
