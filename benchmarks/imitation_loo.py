@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dynamix_hvd.agent.imitate import (Trainer, accuracy, draw_worlds, load_samples, rollout, save_samples,
-                                       with_observation, workload_of)
+                                       with_noop_bonus, with_observation, workload_of)
 from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
 from dynamix_hvd.state import ObsConfig
@@ -43,6 +43,9 @@ def main() -> int:
     ap.add_argument("--save-samples", default="", help="write the collected samples here")
     ap.add_argument("--disable", default="system,network", help="feature groups zeroed ('' = none)")
     ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--noop-bonus", type=float, default=0.0,
+                    help="extra no-op bonus on top of the labelling's (imitate.with_noop_bonus)")
+    ap.add_argument("--only-all", action="store_true", help="fit only the policy on all workloads")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-dir", default="", help="write loo_W.zip and all.zip here")
     args = ap.parse_args()
@@ -62,7 +65,7 @@ def main() -> int:
         samples.extend(new)
     if not samples:
         ap.error("no samples: give --samples or --collect")
-    samples = with_observation(samples, cfg)
+    samples = with_noop_bonus(with_observation(samples, cfg), args.noop_bonus, cfg.action.noop_global)
     wls = [w for w in SHIPPED_WORKLOADS if any(workload_of(s) == w for s in samples)]
     print(f"{len(samples)} samples: " + ", ".join(f"{w} {sum(workload_of(s) == w for s in samples)}" for w in wls)
           + f"; disabled {sorted(cfg.obs.disabled_groups)}")
@@ -70,7 +73,7 @@ def main() -> int:
           "| test: departures | test regret / no-op |")
     print("|---|---|---|---|---|---|---|")
     tr = Trainer(cfg, args.seed, meta={"from": "benchmarks/imitation_loo.py", "disable": args.disable})
-    for held in wls + ["all"]:
+    for held in (["all"] if args.only_all else wls + ["all"]):
         train = [s for s in samples if workload_of(s) != held]
         test = [s for s in samples if workload_of(s) == held]
         t0 = time.perf_counter()

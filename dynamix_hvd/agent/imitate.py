@@ -41,6 +41,9 @@ from dynamix_hvd.replay.oracle import causal_scores
 from dynamix_hvd.replay.worlds import WorldSpec, draw_spec
 
 
+TIE = 0.01      # the no-op bonus samples are labelled with (expert_label's default)
+
+
 def scale_outcomes(env: ReplayEnv) -> np.ndarray:
     """The global batch each global scale would lead to from the env's current state (the live
     decision path on a copy of the controller; nothing of the env changes)."""
@@ -54,7 +57,7 @@ def scale_outcomes(env: ReplayEnv) -> np.ndarray:
     return out
 
 
-def expert_label(env: ReplayEnv, tie: float = 0.01) -> tuple[int, np.ndarray]:
+def expert_label(env: ReplayEnv, tie: float = TIE) -> tuple[int, np.ndarray]:
     """The causal oracle's choice among the policy's global scales, and every scale's regret.
 
     Regret of scale j: its relative loss against the best scale by ``oracle.causal_scores``
@@ -88,7 +91,7 @@ class Sample:
 
 
 def rollout(env: ReplayEnv, spec: WorldSpec, policy: Any = None, max_decisions: int = 600,
-            every: int = 1, tie: float = 0.01) -> tuple[list[Sample], float, bool]:
+            every: int = 1, tie: float = TIE) -> tuple[list[Sample], float, bool]:
     """One episode in ``spec``'s world driven by the expert (``policy`` None) or by ``policy``
     (deterministic); every ``every``-th state is labelled by the expert. Returns (samples,
     simulated time, reached)."""
@@ -200,6 +203,18 @@ def with_observation(samples: Sequence[Sample], cfg: ReplayEnvConfig) -> list[Sa
     return [Sample(s.obs * mask, s.label, s.regret, s.world) for s in samples]
 
 
+def with_noop_bonus(samples: Sequence[Sample], bonus: float, noop: int) -> list[Sample]:
+    """Samples whose no-op regret is lowered by ``bonus`` more (clipped at 0): a departure must
+    gain more than that (samples are labelled with ``expert_label``'s own ``tie``)."""
+    out = []
+    for s in samples:
+        r = s.regret.copy()
+        r[noop] = max(0.0, float(r[noop]) - bonus)
+        low = np.flatnonzero(r <= r.min() + 1e-12)
+        out.append(Sample(s.obs, int(low[np.argmin(np.abs(low - noop))]), r, s.world))
+    return out
+
+
 def workload_of(sample: Sample) -> str:
     return sample.world.split("/", 1)[0]
 
@@ -242,7 +257,7 @@ class Trainer:
 
 
 def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, worlds_per_iter: int = 24,
-                    epochs: int = 20, hidden: int = 64, tie: float = 0.01, max_decisions: int = 600,
+                    epochs: int = 20, hidden: int = 64, tie: float = TIE, max_decisions: int = 600,
                     every: int = 1, verbose: bool = True, command: str = "",
                     samples: Sequence[Sample] = ()) -> dict[str, Any]:
     """DAgger with ``iters`` iterations (the first rolls the expert out, unless ``samples``
@@ -250,7 +265,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
     like ``replay_train.train_replay`` (zip + json + curve)."""
     tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter})
     rng = np.random.default_rng([seed, 5151])
-    data: list[Sample] = with_observation(samples, cfg)
+    data: list[Sample] = with_noop_bonus(with_observation(samples, cfg), max(0.0, tie - TIE), cfg.action.noop_global)
     curve: list[tuple[int, float, float, float]] = []
     log: list[dict[str, Any]] = []
     t0 = time.perf_counter()

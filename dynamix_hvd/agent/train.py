@@ -58,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--dagger-iters", type=int, default=3, help="replay, imitate: DAgger iterations")
     r.add_argument("--worlds-per-iter", type=int, default=24, help="replay, imitate: worlds rolled out per iteration")
     r.add_argument("--epochs", type=int, default=20, help="replay, imitate: passes over the aggregate per iteration")
+    r.add_argument("--samples", default="", help="replay, imitate: expert samples to start from (imitate.save_samples; "
+                   "comma list): every DAgger iteration then rolls the policy out")
+    r.add_argument("--noop-bonus", type=float, default=0.01,
+                   help="replay, imitate: a departure from goodput's choice must gain more than this (relative rate)")
 
 
 def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
@@ -163,9 +167,11 @@ def _run_replay(args: argparse.Namespace) -> int:
               f"anchor {cfg.action.anchor}, history {cfg.history}, disabled {sorted(cfg.obs.disabled_groups)}, "
               f"curriculum {cfg.curriculum} -> {args.out}", flush=True)
     if args.method == "imitate":
-        from dynamix_hvd.agent.imitate import train_imitation
+        from dynamix_hvd.agent.imitate import load_samples, train_imitation
+        start = [s for f in args.samples.split(",") if f for s in load_samples(f)]
         meta = train_imitation(cfg, args.seed, Path(args.out), iters=args.dagger_iters,
                                worlds_per_iter=args.worlds_per_iter, epochs=args.epochs, hidden=args.hidden,
+                               tie=args.noop_bonus, samples=start,
                                verbose=not args.quiet, command="dynamix " + " ".join(sys.argv[1:]))
         print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {meta['dagger'][-1]}")
         return 0
