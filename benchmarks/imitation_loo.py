@@ -27,11 +27,10 @@ from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
 from dynamix_hvd.state import ObsConfig
 
 
-def regrets(policy, samples) -> tuple[float, float, float]:
+def regrets(policy, samples, noop: int) -> tuple[float, float, float]:
     net = policy.mlp_extractor
     pred = np.array([net.act_rows(s.obs[:, 1:])[1] for s in samples])
     R = np.stack([s.regret for s in samples])
-    noop = int(np.argmin(np.abs(np.array(ReplayEnvConfig().action.global_scales) - 1.0)))
     return float(R[np.arange(len(samples)), pred].mean()), float(R[:, noop].mean()), float((pred != noop).mean())
 
 
@@ -78,9 +77,9 @@ def main() -> int:
         test = [s for s in samples if workload_of(s) == held]
         t0 = time.perf_counter()
         losses = tr.fit(train, args.epochs, args.seed)
-        a = regrets(tr.policy, train)
+        a = regrets(tr.policy, train, cfg.action.noop_global)
         if test:
-            b = regrets(tr.policy, test)
+            b = regrets(tr.policy, test, cfg.action.noop_global)
             print(f"| {held} | {a[0]:.4f} | {a[1]:.4f} | {b[0]:.4f} | {b[1]:.4f} | {b[2]:.2f} | {b[0] / b[1]:.2f} |",
                   flush=True)
         else:
