@@ -28,6 +28,7 @@ measures (``dynamix eval-replay --loo``).
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,11 +38,12 @@ import numpy as np
 
 from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
 from dynamix_hvd.decide import decide_plan
-from dynamix_hvd.replay.oracle import causal_scores
+from dynamix_hvd.replay.oracle import candidate_batches, causal_safe_step, causal_scores
 from dynamix_hvd.replay.worlds import WorldSpec, draw_spec
 
 
 TIE = 0.01      # the no-op bonus samples are labelled with (expert_label's default)
+HORIZON = 0     # decisions of causal_safe after each scale when pricing it (0: one interval, expert_label)
 
 
 def scale_outcomes(env: ReplayEnv) -> np.ndarray:
@@ -82,6 +84,64 @@ def expert_label(env: ReplayEnv, tie: float = TIE) -> tuple[int, np.ndarray]:
     return int(low[np.argmin(np.abs(low - noop))]), reg
 
 
+def _branch(env: ReplayEnv) -> ReplayEnv:
+    """A copy of the env whose episode can go on independently (the workload's curves, the
+    throughput model, the trace and the world pool are shared, never written)."""
+    sim = env.sim
+    memo = {id(x): x for x in (env.pool, env.cfg, sim.pm, sim.tp, sim.trace, sim.dyn) if x is not None}
+    return copy.deepcopy(env, memo)
+
+
+def time_to_level(traj: np.ndarray, level: float) -> float:
+    """Elapsed time at which a (time, progress) trajectory (progress non-decreasing) first reaches
+    ``level`` (linear between the points around it; inf if it never does)."""
+    t, p = traj[:, 0], traj[:, 1]
+    hit = np.flatnonzero(p >= level - 1e-12)
+    if hit.size == 0:
+        return math.inf
+    i = int(hit[0])
+    if i == 0 or p[i] <= p[i - 1]:
+        return float(t[i])
+    return float(t[i - 1] + (t[i] - t[i - 1]) * (level - p[i - 1]) / (p[i] - p[i - 1]))
+
+
+def lookahead_label(env: ReplayEnv, horizon: int, tie: float = TIE) -> tuple[int, np.ndarray]:
+    """``expert_label`` with each scale priced by what it leads to (AggreVaTe, Ross & Bagnell
+    2014): the scale is taken through the live decision path on a copy of the env, then
+    ``causal_safe`` (``oracle.causal_safe_step``) decides the next ``horizon`` intervals. The
+    branches are compared at the least progress they all reach: regret of scale j =
+    t_j / t_best - 1 for the time that took (so a move that strands the run behind the safety
+    hold pays for the hold). Scales that lead to the same global batch share a branch."""
+    if horizon <= 0:
+        return expert_label(env, tie)
+    Bj = scale_outcomes(env)
+    uniq, inv = np.unique(Bj, return_inverse=True)
+    grid = candidate_batches(env.sim)
+    trajs = []
+    for B in uniq:
+        br = _branch(env)
+        j = int(np.flatnonzero(Bj == B)[0])
+        t0 = br.sim.time
+        br.step(np.concatenate([np.full(env.cfg.n_max, env.cfg.action.k), [j]]))
+        traj = [(0.0, env.sim.P), (br.sim.time - t0, br.sim.P)]
+        B_cur = float(sum(br.plan.batch_sizes))
+        for _ in range(horizon):
+            if br.sim.done:
+                break
+            B_cur = float(causal_safe_step(br.sim, B_cur, grid, br.limits).sum())
+            traj.append((br.sim.time - t0, br.sim.P))
+        trajs.append(np.asarray(traj))
+    level = min(float(tr[-1, 1]) for tr in trajs)
+    t = np.array([time_to_level(tr, level) for tr in trajs])
+    if level <= env.sim.P + 1e-12:      # no branch made progress: nothing to tell them apart
+        t = np.ones_like(t)
+    reg = (t / t.min() - 1.0)[inv]
+    noop = env.cfg.action.noop_global
+    reg[noop] = max(0.0, reg[noop] - tie)
+    low = np.flatnonzero(reg <= reg.min() + 1e-12)
+    return int(low[np.argmin(np.abs(low - noop))]), reg
+
+
 @dataclass
 class Sample:
     obs: np.ndarray      # (N, F + 1) float32, one row per worker plus the mask column
@@ -91,10 +151,10 @@ class Sample:
 
 
 def rollout(env: ReplayEnv, spec: WorldSpec, policy: Any = None, max_decisions: int = 600,
-            every: int = 1, tie: float = TIE) -> tuple[list[Sample], float, bool]:
+            every: int = 1, tie: float = TIE, horizon: int = HORIZON) -> tuple[list[Sample], float, bool]:
     """One episode in ``spec``'s world driven by the expert (``policy`` None) or by ``policy``
-    (deterministic); every ``every``-th state is labelled by the expert. Returns (samples,
-    simulated time, reached)."""
+    (deterministic); every ``every``-th state is labelled by the expert (``lookahead_label`` with
+    ``horizon``; 0 is ``expert_label``). Returns (samples, simulated time, reached)."""
     obs, _ = env.reset(options={"spec": spec, "goodput_s": 1.0, "goodput_decisions": max_decisions // 3 + 1})
     n, cfg = env.sim.n, env.cfg
     samples: list[Sample] = []
@@ -102,7 +162,7 @@ def rollout(env: ReplayEnv, spec: WorldSpec, policy: Any = None, max_decisions: 
     while True:
         label = None
         if policy is None or t % every == 0:      # the expert's label drives its own roll-out
-            label, reg = expert_label(env, tie)
+            label, reg = lookahead_label(env, horizon, tie)
         if t % every == 0:
             samples.append(Sample(obs[:n].astype(np.float32), label, reg.astype(np.float32), spec.label()))
         if policy is None:
@@ -261,11 +321,15 @@ class Trainer:
 def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, worlds_per_iter: int = 24,
                     epochs: int = 20, hidden: int = 64, tie: float = TIE, max_decisions: int = 600,
                     every: int = 1, verbose: bool = True, command: str = "",
-                    samples: Sequence[Sample] = ()) -> dict[str, Any]:
+                    samples: Sequence[Sample] = (), horizon: int = HORIZON) -> dict[str, Any]:
     """DAgger with ``iters`` iterations (the first rolls the expert out, unless ``samples``
     already hold expert roll-outs: then every iteration rolls the policy out); saves the policy
     like ``replay_train.train_replay`` (zip + json + curve)."""
-    tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter})
+    if horizon < 0 or iters < 0 or worlds_per_iter < 1:
+        raise ValueError(f"train_imitation: horizon={horizon}, iters={iters}, worlds_per_iter={worlds_per_iter}: "
+                         "need horizon >= 0, iters >= 0, worlds_per_iter >= 1")
+    tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter,
+                                     "horizon": horizon})
     rng = np.random.default_rng([seed, 5151])
     data: list[Sample] = with_noop_bonus(with_observation(samples, cfg), max(0.0, tie - TIE), cfg.action.noop_global)
     curve: list[tuple[int, float, float, float]] = []
@@ -277,7 +341,8 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
         worlds = draw_worlds(cfg, rng, worlds_per_iter)
         moved = 0
         for spec in worlds:
-            s, _, _ = rollout(tr.env, spec, None if (it == 0 and not data) else tr.policy, max_decisions, every, tie)
+            s, _, _ = rollout(tr.env, spec, None if (it == 0 and not data) else tr.policy, max_decisions, every, tie,
+                              horizon)
             data.extend(s)
             moved += sum(x.label != cfg.action.noop_global for x in s)
         losses = tr.fit(data, epochs, seed + it)
@@ -292,6 +357,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                   f"accuracy {acc:.3f}, {time.perf_counter() - t0:.0f}s", flush=True)
     return tr.save(out, curve, {"world": "replay", "method": "imitate (DAgger, expert causal_safe)",
                                 "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "tie": tie,
+                                "horizon": horizon,
                                 "start_samples": len(samples), "wall_s": round(time.perf_counter() - t0, 1),
                                 "dagger": log, "command": command})
 

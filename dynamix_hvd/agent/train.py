@@ -62,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "comma list): every DAgger iteration then rolls the policy out")
     r.add_argument("--noop-bonus", type=float, default=0.01,
                    help="replay, imitate: a departure from goodput's choice must gain more than this (relative rate)")
+    r.add_argument("--horizon", type=int, default=0,
+                   help="replay, imitate: price each scale by that many further decisions of causal_safe "
+                        "(imitate.lookahead_label; 0: the one-interval regret)")
 
 
 def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
@@ -171,7 +174,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         start = [s for f in args.samples.split(",") if f for s in load_samples(f)]
         meta = train_imitation(cfg, args.seed, Path(args.out), iters=args.dagger_iters,
                                worlds_per_iter=args.worlds_per_iter, epochs=args.epochs, hidden=args.hidden,
-                               tie=args.noop_bonus, samples=start,
+                               tie=args.noop_bonus, samples=start, horizon=args.horizon,
                                verbose=not args.quiet, command="dynamix " + " ".join(sys.argv[1:]))
         print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {meta['dagger'][-1]}")
         return 0

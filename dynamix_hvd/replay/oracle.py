@@ -199,6 +199,21 @@ def safe_candidates(grid: np.ndarray, B_cur: float, stable: bool, room: float, h
     return np.unique(np.concatenate([inside, np.round([lo_B, B_cur, hi_B])]).clip(grid.min(), hi)).astype(np.int64)
 
 
+def causal_safe_step(sim: ReplaySim, B_cur: float, grid: np.ndarray, limits: MoveLimits) -> np.ndarray:
+    """One decision of ``run_causal_safe`` from the simulator's state (the global batch now
+    ``B_cur``): the best safe candidate by ``causal_scores``, split on the last interval's speeds,
+    run, committed and observed (the noise-scale estimator a controller would read). Returns the
+    local batches it ran."""
+    cands = safe_candidates(grid, B_cur, bool(sim.gns.stable), float(sim.gns.growth_room), float(grid.max()), limits)
+    score, cont = causal_scores(sim, cands)
+    m = int(np.argmax(score)) if cands.size > 1 else 0
+    b = integer_split(sim, last_interval_multipliers(sim), int(cands[m]), cont[m])
+    iv = sim.run_interval(b)
+    sim.commit(iv)
+    sim.observe(b, iv)
+    return b
+
+
 def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> dict[str, Any]:
     """The causal oracle under the safety layer every controller runs behind (``safety.MoveLimits``
     defaults): the true progress curves and the last interval's true speeds, but each decision may
@@ -212,18 +227,10 @@ def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> 
     lim = MoveLimits()
     sim.reset(seed)
     grid = candidate_batches(sim)
-    hi = float(grid.max())
     B_cur = float(sim.B0)
     schedule: list[int] = []
     while not sim.done and sim.decisions < max_decisions:
-        cands = safe_candidates(grid, B_cur, bool(sim.gns.stable), float(sim.gns.growth_room), hi, lim)
-        score, cont = causal_scores(sim, cands)
-        m = int(np.argmax(score)) if cands.size > 1 else 0
-        b = integer_split(sim, last_interval_multipliers(sim), int(cands[m]), cont[m])
-        iv = sim.run_interval(b)
-        sim.commit(iv)
-        sim.observe(b, iv)            # the noise-scale estimator a controller would read
-        B_cur = float(b.sum())
+        B_cur = float(causal_safe_step(sim, B_cur, grid, lim).sum())
         schedule.append(int(B_cur))
     t = sim.time if sim.reached else math.inf
     return {"time_to_target_s": t if math.isfinite(t) else None, "schedule": schedule,

@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamix_hvd.agent.imitate import Sample, expert_label, fit, rollout, scale_outcomes, soft_targets
+import math
+
+import pytest
+
+from dynamix_hvd.agent.imitate import (Sample, expert_label, fit, lookahead_label, rollout, scale_outcomes,
+                                       soft_targets, time_to_level)
 from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
 from dynamix_hvd.controllers.policy.actions import ActionConfig
 from dynamix_hvd.replay.runner import run_controller
@@ -35,9 +40,28 @@ def test_expert_labels_the_noop_when_every_scale_leads_to_the_same_plan():
     assert label == CFG.action.noop_global and np.all(reg == 0.0)
 
 
-def test_labelling_does_not_change_the_episode():
-    """``scale_outcomes`` tries every scale on copies: an episode driven by the no-op with labels
-    taken at every state ends exactly where the same episode without labels ends."""
+def test_time_to_level():
+    traj = np.array([[0.0, 1.0], [2.0, 1.0], [4.0, 3.0], [5.0, 4.0]])
+    assert time_to_level(traj, 1.0) == 0.0
+    assert time_to_level(traj, 2.0) == pytest.approx(3.0)
+    assert time_to_level(traj, 4.0) == 5.0
+    assert math.isinf(time_to_level(traj, 4.5))
+
+
+def test_lookahead_with_no_horizon_is_the_one_interval_expert():
+    env = _env_at_start(WorldSpec("cifar10", 4, "none", 1))
+    for _ in range(12):
+        env.step(np.concatenate([np.full(CFG.n_max, CFG.action.k), [CFG.action.noop_global]]))
+    a, ra = expert_label(env)
+    b, rb = lookahead_label(env, 0)
+    assert a == b and np.array_equal(ra, rb)
+
+
+@pytest.mark.parametrize("horizon", [0, 5])
+def test_labelling_does_not_change_the_episode(horizon):
+    """``scale_outcomes`` and the lookahead branches try every scale on copies: an episode driven
+    by the no-op with labels taken at every state ends exactly where the same episode without
+    labels ends."""
     spec = WorldSpec("ncf", 4, "job_3_norm", 2)
     env = ReplayEnv(CFG)
 
@@ -47,7 +71,7 @@ def test_labelling_does_not_change_the_episode():
             def act_rows(obs):
                 return np.full(obs.shape[0], CFG.action.k), CFG.action.noop_global
 
-    samples, t, reached = rollout(env, spec, policy=Noop)
+    samples, t, reached = rollout(env, spec, policy=Noop, horizon=horizon)
     env2 = ReplayEnv(CFG)
     env2.reset(options={"spec": spec, "goodput_s": 1.0, "goodput_decisions": 201})
     noop = np.concatenate([np.full(CFG.n_max, CFG.action.k), [CFG.action.noop_global]])
