@@ -96,10 +96,10 @@ class DynamixEnv(gym.Env):
         self._observe_anchor(out)
         return self._obs(out), {"scenario": cl.scenario, "n_workers": self.n}
 
-    def _observe_anchor(self, out: dict[str, Any]) -> None:
+    def _observe_anchor(self, out: dict[str, Any], applied_scale: float = 1.0) -> None:
         # what the PPO controller's anchor sees live: the records of the interval just run
         if self.anchor is not None:
-            self.anchor.observe(self.sim.cluster_state(self.plan, out))
+            self.anchor.observe(self.sim.cluster_state(self.plan, out), applied_scale)
 
     def step(self, action: np.ndarray):
         assert self.plan is not None, "call reset() first"
@@ -112,7 +112,7 @@ class DynamixEnv(gym.Env):
                                                        self.anchor)
         self.plan = next_plan(self.plan, proposed, self.bounds, start_step=self.sim.t)
         out = self.sim.step(self.plan.batch_sizes)
-        self._observe_anchor(out)
+        self._observe_anchor(out, self.cfg.action.global_scales[int(np.clip(gidx, 0, len(self.cfg.action.global_scales) - 1))])
         terms = sim_reward(out, prev, self.cfg.reward)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.cfg.action)

@@ -102,7 +102,7 @@ class EnvController(PPOController):
         self.obs_config, self.action_config = cfg.obs, cfg.action
         self.history = WorkerHistory(cfg.history) if cfg.history else None
         self.anchor = make_anchor(cfg.action, bounds, base_batch)
-        self.target_B, self.last_levels, self.last_global = None, None, 0.0
+        self.target_B, self.last_levels, self.last_global, self.last_scale = None, None, 0.0, 1.0
         self.pending: tuple[np.ndarray, int] | None = None
 
     def observe(self, state):

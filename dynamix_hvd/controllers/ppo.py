@@ -63,6 +63,7 @@ class PPOController(Controller):
         self.target_B: float | None = None
         self.last_levels: np.ndarray | None = None
         self.last_global = 0.0
+        self.last_scale = 1.0          # the global scale applied at the previous decision (GoodputAnchor)
         self.finetuner: Any = None
         self._own_policy = False      # True once self.policy is a private copy (fine-tuned weights)
         if finetune:
@@ -143,7 +144,7 @@ class PPOController(Controller):
         if self.target_B is None or self.last_levels is None or self.last_levels.size != len(sizes):
             self.target_B = float(sum(sizes))
         if self.anchor is not None:
-            self.anchor.observe(state)
+            self.anchor.observe(state, self.last_scale)
         obs = self.observe(state)
         levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
         ev = getattr(self.anchor, "evidence", None)
@@ -160,12 +161,13 @@ class PPOController(Controller):
                                                        self.bounds, self.anchor)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.action_config)
+        self.last_scale = self.action_config.global_scales[int(np.clip(gidx, 0, len(self.action_config.global_scales) - 1))]
         return [float(x) for x in proposed]
 
     def reset_episode(self) -> None:
         """Forget the per-job decision state (target global batch, last action); with fine-tuning
         the next transition starts a new episode. The (fine-tuned) weights are kept."""
-        self.target_B, self.last_levels, self.last_global = None, None, 0.0
+        self.target_B, self.last_levels, self.last_global, self.last_scale = None, None, 0.0, 1.0
         if self.history is not None:
             self.history.reset()
         if self.anchor is not None:
@@ -176,7 +178,7 @@ class PPOController(Controller):
             self.finetuner.end_episode()
 
     def state_dict(self) -> dict[str, Any]:
-        d = {"target_B": self.target_B, "last_global": self.last_global,
+        d = {"target_B": self.target_B, "last_global": self.last_global, "last_scale": self.last_scale,
              "last_levels": None if self.last_levels is None else self.last_levels.tolist(),
              # the goodput model the anchor fitted (before: never written, so a resumed job lost it)
              "anchor": None if self.anchor is None else self.anchor.state_dict()}
@@ -191,6 +193,7 @@ class PPOController(Controller):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.target_B = state.get("target_B")
         self.last_global = float(state.get("last_global", 0.0))
+        self.last_scale = float(state.get("last_scale", 1.0))
         ll = state.get("last_levels")
         self.last_levels = None if ll is None else np.asarray(ll, dtype=float)
         if self.anchor is not None and state.get("anchor"):

@@ -95,7 +95,8 @@ class BalancedAnchor:
         self.evidence: SplitEvidence | None = None   # do the measurements justify a re-split?
         self.reason: str | None = None
 
-    def observe(self, state: ClusterState) -> None:
+    def observe(self, state: ClusterState, applied_scale: float | None = None) -> None:
+        """Feed the interval's records to the split model (``applied_scale``: see GoodputAnchor)."""
         self.model.add_state(state)
         alpha, beta = self.model.fit()
         b = np.asarray(state.plan.batch_sizes, dtype=np.float64)
@@ -142,18 +143,35 @@ class GoodputAnchor(BalancedAnchor):
         self.model = self.goodput.model          # one fit, shared with the split
         self.lasting = LastingGain()
         self.B: float | None = None
+        self.choice: np.ndarray | None = None      # the model's split at B (observe)
         self.evidence: SplitEvidence | None = None
         self.reason: str | None = None
 
-    def observe(self, state: ClusterState) -> None:
-        # the incumbent is the anchor's own previous choice, not the plan in force: a policy
-        # that scales the global batch by 0.8 at every decision then moves 0.8x from the model's
-        # choice, instead of compounding (0.8^k) through the model's switching threshold
-        _, self.B = self.goodput.choose(state, incumbent=self.B)   # choose() also feeds the model
+    def observe(self, state: ClusterState, applied_scale: float | None = None) -> None:
+        """The model's choice from this state. Its incumbent (the batch a switch must beat by
+        ``switch_gain``) is the global batch in force divided by the scale the policy applied at
+        the previous decision (``applied_scale``): after the no-op it is the plan in force, as for
+        the goodput controller itself, so a policy that always picks the no-op *is* that
+        controller (before session 28 it was the anchor's own previous choice, which the safety
+        layer's hold could leave far from the plan: bert N=8 1.07x goodput); a policy that scales
+        by 0.8 at every decision still moves 0.8x from the model's choice instead of compounding
+        (0.8^k). Without ``applied_scale``, the anchor's own previous choice."""
+        inc = self.B
+        if applied_scale is not None and applied_scale > 0:
+            inc = float(sum(state.plan.batch_sizes)) / float(applied_scale)
+        self.choice, self.B = self.goodput.choose(state, incumbent=inc)   # choose() also feeds the model
         self.evidence, self.reason = self.goodput.last_evidence, self.goodput.last_reason
 
     def global_batch(self, running_target: float) -> float:
         return self.B if self.B is not None and math.isfinite(self.B) and self.B > 0 else running_target
+
+    def split(self, sizes: Sequence[float], target: float, bounds: PlanBounds) -> np.ndarray:
+        """At the model's own global batch (the no-op scale), the model's own split, rounding
+        included; at another, the balanced split of that batch."""
+        if self.choice is not None and self.B is not None and abs(float(target) - self.B) < 1e-6 \
+                and len(self.choice) == len(sizes) and abs(float(np.sum(self.choice)) - self.B) < 0.5:
+            return np.asarray(self.choice, dtype=np.float64)
+        return super().split(sizes, target, bounds)
 
     def update_bounds(self, bounds: PlanBounds) -> None:
         self.goodput.update_bounds(bounds)
