@@ -46,6 +46,15 @@ TIE = 0.01      # the no-op bonus samples are labelled with (expert_label's defa
 HORIZON = 0     # decisions of causal_safe after each scale when pricing it (0: one interval, expert_label)
 
 
+def noop_label(regret: np.ndarray, noop: int, bonus: float) -> tuple[int, np.ndarray]:
+    """The no-op's regret lowered by ``bonus`` (at least 0: a departure must gain more than that),
+    and the least-regret scale, the one nearest the no-op on ties. Returns (label, regrets)."""
+    reg = np.array(regret, dtype=np.float64)
+    reg[noop] = max(0.0, float(reg[noop]) - bonus)
+    low = np.flatnonzero(reg <= reg.min() + 1e-12)
+    return int(low[np.argmin(np.abs(low - noop))]), reg
+
+
 def scale_outcomes(env: ReplayEnv) -> np.ndarray:
     """The global batch each global scale would lead to from the env's current state (the live
     decision path on a copy of the controller; nothing of the env changes)."""
@@ -77,11 +86,7 @@ def expert_label(env: ReplayEnv, tie: float = TIE) -> tuple[int, np.ndarray]:
         reg = np.where(s >= 1e11, t / (1e12 - best) - 1.0, 1.0)
     else:
         reg = 1.0 - s / best if best > 0 else np.zeros_like(s)
-    noop = env.cfg.action.noop_global
-    reg = np.maximum(reg, 0.0)
-    reg[noop] = max(0.0, reg[noop] - tie)
-    low = np.flatnonzero(reg <= reg.min() + 1e-12)
-    return int(low[np.argmin(np.abs(low - noop))]), reg
+    return noop_label(np.maximum(reg, 0.0), env.cfg.action.noop_global, tie)
 
 
 def _branch(env: ReplayEnv) -> ReplayEnv:
@@ -135,11 +140,7 @@ def lookahead_label(env: ReplayEnv, horizon: int, tie: float = TIE) -> tuple[int
     t = np.array([time_to_level(tr, level) for tr in trajs])
     if level <= env.sim.P + 1e-12:      # no branch made progress: nothing to tell them apart
         t = np.ones_like(t)
-    reg = (t / t.min() - 1.0)[inv]
-    noop = env.cfg.action.noop_global
-    reg[noop] = max(0.0, reg[noop] - tie)
-    low = np.flatnonzero(reg <= reg.min() + 1e-12)
-    return int(low[np.argmin(np.abs(low - noop))]), reg
+    return noop_label((t / t.min() - 1.0)[inv], env.cfg.action.noop_global, tie)
 
 
 @dataclass
@@ -270,10 +271,8 @@ def with_noop_bonus(samples: Sequence[Sample], bonus: float, noop: int) -> list[
     gain more than that (samples are labelled with ``expert_label``'s own ``tie``)."""
     out = []
     for s in samples:
-        r = s.regret.copy()
-        r[noop] = max(0.0, float(r[noop]) - bonus)
-        low = np.flatnonzero(r <= r.min() + 1e-12)
-        out.append(Sample(s.obs, int(low[np.argmin(np.abs(low - noop))]), r, s.world))
+        label, r = noop_label(s.regret, noop, bonus)
+        out.append(Sample(s.obs, label, r, s.world))
     return out
 
 
