@@ -112,7 +112,7 @@ class DynamixEnv(gym.Env):
                                                        self.anchor)
         self.plan = next_plan(self.plan, proposed, self.bounds, start_step=self.sim.t)
         out = self.sim.step(self.plan.batch_sizes)
-        self._observe_anchor(out, self.cfg.action.global_scales[int(np.clip(gidx, 0, len(self.cfg.action.global_scales) - 1))])
+        self._observe_anchor(out, self.cfg.action.scale(gidx))
         terms = sim_reward(out, prev, self.cfg.reward)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.cfg.action)

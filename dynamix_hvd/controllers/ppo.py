@@ -156,12 +156,12 @@ class PPOController(Controller):
             levels = np.zeros_like(levels)
         self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None),
                                                  f"policy levels {_short(levels.astype(int).tolist())}, global scale "
-                                                 f"{self.action_config.global_scales[gidx]:g}") if x)
+                                                 f"{self.action_config.scale(gidx):g}") if x)
         proposed, self.target_B = proposal_from_action(sizes, levels, gidx, self.target_B, self.action_config,
                                                        self.bounds, self.anchor)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.action_config)
-        self.last_scale = self.action_config.global_scales[int(np.clip(gidx, 0, len(self.action_config.global_scales) - 1))]
+        self.last_scale = self.action_config.scale(gidx)
         return [float(x) for x in proposed]
 
     def reset_episode(self) -> None:

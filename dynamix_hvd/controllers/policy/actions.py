@@ -64,6 +64,10 @@ class ActionConfig:
     def noop_global(self) -> int:
         return self.global_scales.index(1.0)
 
+    def scale(self, global_index: int) -> float:
+        """The global-batch multiplier of action index ``global_index`` (clipped to the range)."""
+        return self.global_scales[int(np.clip(global_index, 0, len(self.global_scales) - 1))]
+
     def to_dict(self) -> dict:
         return {"n_levels": self.n_levels, "step_frac": self.step_frac, "global_scales": list(self.global_scales),
                 "anchor": self.anchor}
@@ -223,7 +227,7 @@ def proposal_from_action(
     lv = np.clip(np.asarray(levels, dtype=np.float64).reshape(-1)[: b.size], -config.k, config.k)
     if lv.size != b.size:
         raise ValueError(f"{lv.size} action levels for {b.size} workers")
-    scale = config.global_scales[int(np.clip(global_index, 0, len(config.global_scales) - 1))]
+    scale = config.scale(global_index)
     lo, hi = global_batch_limits(bounds)
     if config.anchor != "current" and anchor is None:
         raise ValueError(f"ActionConfig.anchor={config.anchor!r} needs an anchor (make_anchor)")
