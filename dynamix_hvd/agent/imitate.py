@@ -320,10 +320,12 @@ class Trainer:
 def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, worlds_per_iter: int = 24,
                     epochs: int = 20, hidden: int = 64, tie: float = TIE, max_decisions: int = 600,
                     every: int = 1, verbose: bool = True, command: str = "",
-                    samples: Sequence[Sample] = (), horizon: int = HORIZON) -> dict[str, Any]:
+                    samples: Sequence[Sample] = (), horizon: int = HORIZON,
+                    save_samples_to: str | Path | None = None) -> dict[str, Any]:
     """DAgger with ``iters`` iterations (the first rolls the expert out, unless ``samples``
     already hold expert roll-outs: then every iteration rolls the policy out); saves the policy
-    like ``replay_train.train_replay`` (zip + json + curve)."""
+    like ``replay_train.train_replay`` (zip + json + curve) and, with ``save_samples_to``, the
+    final aggregate (``save_samples``)."""
     if horizon < 0 or iters < 0 or worlds_per_iter < 1:
         raise ValueError(f"train_imitation: horizon={horizon}, iters={iters}, worlds_per_iter={worlds_per_iter}: "
                          "need horizon >= 0, iters >= 0, worlds_per_iter >= 1")
@@ -354,6 +356,8 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
         if verbose:
             print(f"  iter {it}: {len(data)} samples, labels {labels.tolist()}, loss {losses[-1]:.4f}, "
                   f"accuracy {acc:.3f}, {time.perf_counter() - t0:.0f}s", flush=True)
+    if save_samples_to is not None:
+        save_samples(save_samples_to, data)
     return tr.save(out, curve, {"world": "replay", "method": "imitate (DAgger, expert causal_safe)",
                                 "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "tie": tie,
                                 "horizon": horizon,

@@ -65,6 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--horizon", type=int, default=0,
                    help="replay, imitate: price each scale by that many further decisions of causal_safe "
                         "(imitate.lookahead_label; 0: the one-interval regret)")
+    r.add_argument("--save-samples", default="",
+                   help="replay, imitate: write the final DAgger aggregate here (imitate.save_samples, .npz): "
+                        "refits and ablations start from it with --samples and --dagger-iters 0")
 
 
 def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
@@ -175,7 +178,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         meta = train_imitation(cfg, args.seed, Path(args.out), iters=args.dagger_iters,
                                worlds_per_iter=args.worlds_per_iter, epochs=args.epochs, hidden=args.hidden,
                                tie=args.noop_bonus, samples=start, horizon=args.horizon,
-                               verbose=not args.quiet, command="dynamix " + " ".join(sys.argv[1:]))
+                               save_samples_to=args.save_samples or None, verbose=not args.quiet, command="dynamix " + " ".join(sys.argv[1:]))
         print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {meta['dagger'][-1]}")
         return 0
     meta = train_replay(cfg, args.timesteps, args.seed, Path(args.out), args.n_envs, args.hidden, args.threads,

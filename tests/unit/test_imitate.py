@@ -128,8 +128,12 @@ def test_imitation_training_writes_a_policy_the_live_controller_runs(tmp_path):
     cfg = ReplayEnvConfig(workloads=("ncf",), traces=("none",), n_range=(3, 4), n_max=4, perturb_prob=0.0,
                           history=0, action=ActionConfig(global_scales=(0.8, 1.0, 1.25)))
     out = tmp_path / "imit.zip"
-    meta = train_imitation(cfg, 0, out, iters=2, worlds_per_iter=1, epochs=2, verbose=False)
+    meta = train_imitation(cfg, 0, out, iters=2, worlds_per_iter=1, epochs=2, verbose=False,
+                           save_samples_to=tmp_path / "agg.npz")
     assert [d["iter"] for d in meta["dagger"]] == [0, 1] and meta["dagger"][1]["samples"] > meta["dagger"][0]["samples"]
+    from dynamix_hvd.agent.imitate import load_samples
+    agg = load_samples(tmp_path / "agg.npz")       # the whole aggregate, for refits with --samples
+    assert len(agg) == meta["dagger"][1]["samples"]
     pol, dyn = load_policy(out)
     assert dyn["imitation"]["expert"] == "causal_safe" and dyn["action"]["global_scales"] == [0.8, 1.0, 1.25]
     r = run_controller(build_sim(WorldSpec("ncf", 4, "none", 0)), f"ppo:{out}", 0)
