@@ -32,6 +32,9 @@ class DynamixConfig:
     min_decision_s: float = 0.5          # ... and at least this many seconds of steps apart (short steps:
                                          # more steps per interval; 0: exactly interval_steps)
     warmup_steps: int = 0                # no decision before this step
+    first_decision_steps: int = 5        # the first decision of a job (and after a restore or resize) comes
+                                         # after this many steps (at most interval_steps): on a cluster that is
+                                         # uneven from the start, every step before it runs at static's speed
     min_batch: int = 1                   # per-rank lower bound
     bn_min_batch: int = 16               # per-rank lower bound when the model has (non-sync) BatchNorm
                                          # layers (capped at base_batch)
@@ -94,6 +97,8 @@ class DynamixConfig:
         need(isinstance(self.min_decision_s, (int, float)) and not isinstance(self.min_decision_s, bool)
              and 0 <= self.min_decision_s <= 3600, "min_decision_s", "a number of seconds in [0, 3600]")
         need(is_int(self.warmup_steps) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
+        need(is_int(self.first_decision_steps) and self.first_decision_steps >= 2, "first_decision_steps",
+             "an integer >= 2 (the first step is a warm-up and is not measured)")
         need(is_int(self.min_batch) and self.min_batch >= 1, "min_batch", "an integer >= 1")
         need(is_int(self.bn_min_batch) and self.bn_min_batch >= 1, "bn_min_batch", "an integer >= 1")
         caps = self.max_batch if isinstance(self.max_batch, tuple) else (self.max_batch,)
@@ -193,6 +198,12 @@ class DynamixConfig:
         b0 = self.base_global_batch or self.base_batch * world_size
         caps = [c for c in (self.max_global_batch, None if growth is None else int(growth * b0)) if c is not None]
         return min(caps) if caps else None
+
+    def first_due(self, start_step: int = 0) -> int:
+        """The step count after which the first decision from ``start_step`` is due (a job's start,
+        a restore, a resize): ``first_decision_steps`` (at most ``interval_steps``) later, not
+        before ``warmup_steps``."""
+        return max(start_step + min(self.first_decision_steps, self.interval_steps), self.warmup_steps)
 
     def next_interval(self, step_s: float) -> int:
         """Steps until the next regular decision: ``interval_steps``, or more when steps are so short

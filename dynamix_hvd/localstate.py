@@ -43,7 +43,8 @@ class LocalState:
         self.oom_batch = 0          # this rank's batch size that ran out of memory in this step
         self.react_flag = 0         # this rank's detector fired; sent with the next step's flags
         self.react_ranks: list[int] | None = None   # ranks that flagged, known to all: decide early
-        self.next_due = max(config.interval_steps, config.warmup_steps)  # regular decision after this many steps
+        self.next_due = config.first_due()  # regular decision after this many steps
+        self.warm = True            # the next full step is a warm-up (first of the job or after a restore): not measured
         self.interval_start = self.consumed["step"]   # first step of the current decision interval
         self.redo = False           # the last step ran out of memory somewhere and is redone
         self.on_new_step: Callable[[], None] = lambda: None   # (resets the hook's per-step counter)
@@ -126,7 +127,9 @@ class LocalState:
         sl = self.current[0]  # type: ignore[index]
         before = self.step_plan
         meter = self.meter
-        if self.step_full:
+        if self.step_full and self.warm:
+            self.warm = False       # (allocator, autotuning and lazy initialisation: not this rank's speed)
+        elif self.step_full:
             c, m, st = t_entry - self.t_batch, now - t_entry, now - self.t_batch
             meter.add(c, m, st, sl.total)
             if self.detector is not None:
@@ -195,5 +198,6 @@ class LocalState:
             self.detector.reset()
         self.react_flag = self.oom_batch = 0
         self.react_ranks = None
-        self.next_due = max(self.consumed["step"] + self.config.interval_steps, self.config.warmup_steps)
+        self.next_due = self.config.first_due(self.consumed["step"])
+        self.warm = True
         self.interval_start = self.consumed["step"]

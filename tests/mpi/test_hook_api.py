@@ -56,7 +56,7 @@ def test_new_loop_reports_loss_and_samples_gns(comm, tmp_path_factory):
     run_dir = comm.bcast(str(tmp_path_factory.mktemp("api")) if rank == 0 else None, root=0)
     x, y = make_data(n=7000)
     model = make_model()
-    cfg = DynamixConfig(base_batch=8, interval_steps=100, min_decision_s=0, gns_every=5, controller="static",
+    cfg = DynamixConfig(base_batch=8, interval_steps=100, first_decision_steps=100, min_decision_s=0, gns_every=5, controller="static",
                         collector=False, react=False, gns=True,      # (auto would be off: static reads no noise scale)
                         run_dir=run_dir, tensorboard=False)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
@@ -154,3 +154,21 @@ def test_lr_scheduler_on_the_hooks_optimizer(comm):
     assert dyn.step_count == 12
     assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 2)
     assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)], [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("first,interval,warmup,expected", [(5, 10, 0, 5), (5, 3, 0, 3), (4, 10, 7, 7)])
+def test_first_decision_after_first_decision_steps_without_the_warm_up_step(comm, first, interval, warmup, expected):
+    """The job's first decision comes after ``first_decision_steps`` (at most ``interval_steps``,
+    not before ``warmup_steps``) and its rows leave out the first step (a warm-up); the next one
+    comes a regular interval later."""
+    x, y = make_data(n=3000)
+    model = make_model()
+    rows = []
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), base_batch=8,
+                  controller="proportional", interval_steps=interval, min_decision_s=0, collector=False,
+                  first_decision_steps=first, warmup_steps=warmup, react=False,
+                  metrics_fn=lambda ws: rows.append((dyn.step_count, ws.steps)))
+    _train(dyn, model, x, y, expected + interval)
+    dyn.close()
+    assert rows[0] == (expected, expected - 1), rows
+    assert rows[1] == (expected + interval, interval), rows

@@ -39,7 +39,8 @@ def _run(comm, tmp_path_factory, react: bool):
     run_dir = comm.bcast(str(tmp_path_factory.mktemp("react")) if rank == 0 else None, root=0)
     x, y = make_data(n=16 * world * 100)
     model = make_model()
-    cfg = DynamixConfig(base_batch=16, interval_steps=K, max_batch=64, controller="proportional", collector=False,
+    cfg = DynamixConfig(base_batch=16, interval_steps=K, first_decision_steps=K, max_batch=64, controller="proportional",
+                        collector=False,
                         run_dir=run_dir, tensorboard=False, react=react)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
     emu = SlowsDown(rank, world)

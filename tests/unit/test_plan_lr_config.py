@@ -84,6 +84,7 @@ def test_lr_scaler_composes_with_user_lr():
     ("interval_steps", 0, "interval_steps"), ("accumulation", -1, "accumulation"),
     ("base_batch", True, "base_batch=True"), ("quantum", 2.5, "quantum"),
     ("react", "yes", "react='yes'"), ("react_tol", 0, "react_tol=0"),
+    ("first_decision_steps", 1, "first_decision_steps=1"), ("first_decision_steps", 2.0, "first_decision_steps"),
 ])
 def test_config_errors_name_field_and_value(field, value, expect):
     with pytest.raises(ConfigError, match=expect):
