@@ -16,6 +16,17 @@ from dynamix_hvd.plan import Plan
 from dynamix_hvd.wire import decode_plan, encode_plan, plan_buffer
 
 
+
+def _plan_out(size: int, rank: int, plan: Plan | None, next_due: int) -> np.ndarray:
+    """The zeroed plan buffer of a world of ``size``, filled on rank 0 (which must pass a plan
+    for this world) with ``plan`` and ``next_due``; every transport broadcasts it from rank 0."""
+    buf = plan_buffer(size)
+    buf[:] = 0
+    if rank == 0:
+        assert plan is not None and plan.world_size == size
+        encode_plan(plan, buf, next_due)
+    return buf
+
 class Comm:
     """Collectives dynamix needs, over a private duplicate of ``base`` (an mpi4py Comm)."""
 
@@ -37,10 +48,7 @@ class Comm:
     def bcast_plan(self, plan: Plan | None, next_due: int = 0) -> tuple[Plan, int]:
         """Rank 0 passes the plan (and the step of the next regular decision), the others None;
         every rank returns rank 0's (plan, next_due)."""
-        buf = plan_buffer(self.size)
-        if self.rank == 0:
-            assert plan is not None and plan.world_size == self.size
-            encode_plan(plan, buf, next_due)
+        buf = _plan_out(self.size, self.rank, plan, next_due)
         self.comm.Bcast(buf, root=0)
         return decode_plan(buf)
 
@@ -97,11 +105,7 @@ class HorovodComm:
     def bcast_plan(self, plan: Plan | None, next_due: int = 0) -> tuple[Plan, int]:
         import torch
 
-        buf = plan_buffer(self.size)
-        buf[:] = 0
-        if self.rank == 0:
-            assert plan is not None and plan.world_size == self.size
-            encode_plan(plan, buf, next_due)
+        buf = _plan_out(self.size, self.rank, plan, next_due)
         out = self.hvd.broadcast(torch.from_numpy(buf), root_rank=0, name="dynamix.plan")
         return decode_plan(out.tolist())
 
@@ -165,11 +169,7 @@ class TorchComm:
     def bcast_plan(self, plan: Plan | None, next_due: int = 0) -> tuple[Plan, int]:
         import torch
 
-        buf = plan_buffer(self.size)
-        buf[:] = 0
-        if self.rank == 0:
-            assert plan is not None and plan.world_size == self.size
-            encode_plan(plan, buf, next_due)
+        buf = _plan_out(self.size, self.rank, plan, next_due)
         t = torch.from_numpy(buf)
         self.dist.broadcast(t, src=0, group=self.group)
         return decode_plan(buf)

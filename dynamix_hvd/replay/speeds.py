@@ -5,19 +5,9 @@ generations; the fastest has factor 1, the others factors log-uniform in [1, 4];
 on a generation drawn uniformly. A factor multiplies the rank's compute time (4 = 4x slower).
 ``--speeds 1,1,2,4`` fixes the factors (cycled over the ranks when the list is shorter than N).
 
-Fluctuation (``Fluctuation``), a multiplier on each rank's compute time per training step:
-* ``none``: 1;
-* a PAI per-worker file: each worker's mini-batch time divided by the job-wide median (so the
-  measured stable imbalance between workers and their stragglers are kept; ``norm="worker"``
-  divides by each worker's own median instead). Rank r replays worker ``r mod W``; one trace
-  sample holds for ``stride`` steps (the file's sampling interval, 10 iterations); the series
-  starts at a per-seed random sample, ranks that share a worker (N > W) are shifted by
-  ``T / ceil(N / W)`` samples from each other, and the series wraps around at its end;
-* ``cov:FILE`` (the CoV table): per seed one job row is drawn; at sample k its coefficient of
-  variation c_k sets ``sigma_k = sqrt(log(1 + c_k^2))`` and rank r's multiplier is
-  ``exp(sigma_k z_r - sigma_k^2 / 2)`` with z_r ~ N(0, 1) drawn once per seed (the same ranks stay
-  the stragglers, the spread follows the job's measured CoV). One CoV column holds for 10 steps
-  (the per-worker files' sampling; the table does not say), starting at a random column, wrapping.
+Fluctuation (``Fluctuation``), a multiplier on each rank's compute time per training step, replayed
+from none, a PAI per-worker file or the CoV table: ``traces/fluctuation.py`` states how (one
+loader, normalisation and CoV generator for the replay and the emulated cluster).
 """
 from __future__ import annotations
 
