@@ -336,8 +336,14 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
     curve: list[tuple[int, float, float, float]] = []
     log: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    start_fit: dict[str, Any] | None = None
     if data:
-        tr.fit(data, epochs, seed)
+        losses = tr.fit(data, epochs, seed)
+        start_fit = {"samples": len(data), "final_loss": losses[-1], "train_accuracy": accuracy(tr.policy, data),
+                     "wall_s": round(time.perf_counter() - t0, 1)}
+        if verbose:
+            print(f"  fitted to the {len(data)} given samples: loss {losses[-1]:.4f}, "
+                  f"accuracy {start_fit['train_accuracy']:.3f}, {start_fit['wall_s']:.0f}s", flush=True)
     for it in range(iters):
         worlds = draw_worlds(cfg, rng, worlds_per_iter)
         moved = 0
@@ -361,7 +367,8 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
     return tr.save(out, curve, {"world": "replay", "method": "imitate (DAgger, expert causal_safe)",
                                 "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "tie": tie,
                                 "horizon": horizon,
-                                "start_samples": len(samples), "wall_s": round(time.perf_counter() - t0, 1),
+                                "start_samples": len(samples), "start_fit": start_fit,
+                                "wall_s": round(time.perf_counter() - t0, 1),
                                 "dagger": log, "command": command})
 
 

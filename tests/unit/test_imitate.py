@@ -159,3 +159,16 @@ def test_samples_round_trip_without_pickle_and_ablations_zero_their_columns(tmp_
         zeroed = FEATURE_GROUPS[name] in ("system", "network")
         assert np.all(z[:, 1 + j] == 0) == zeroed, name
     assert np.array_equal(z[:, 0], back[0].obs[:, 0])       # the mask column is kept
+
+
+def test_a_policy_fitted_to_saved_samples_alone(tmp_path):
+    """--dagger-iters 0 with --samples: the policy is fitted to the given aggregate, no roll-outs."""
+    from dynamix_hvd.agent.imitate import load_samples, train_imitation
+    cfg = ReplayEnvConfig(workloads=("ncf",), traces=("none",), n_range=(3, 4), n_max=4, perturb_prob=0.0,
+                          history=0, action=ActionConfig(global_scales=(0.8, 1.0, 1.25)))
+    train_imitation(cfg, 0, tmp_path / "a.zip", iters=1, worlds_per_iter=1, epochs=1, verbose=False,
+                    save_samples_to=tmp_path / "a.npz")
+    saved = load_samples(tmp_path / "a.npz")
+    meta = train_imitation(cfg, 1, tmp_path / "b.zip", iters=0, epochs=2, verbose=False, samples=saved)
+    assert meta["dagger"] == [] and meta["start_fit"]["samples"] == len(saved) > 0
+    assert 0.0 <= meta["start_fit"]["train_accuracy"] <= 1.0 and (tmp_path / "b.zip").exists()
