@@ -54,7 +54,13 @@ GAP_CELL = 1.15
 
 
 def _file_hash(path: str) -> str:
-    return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:12]
+    """The policy file's content hash (the cache key), with any controller options after it
+    (``PATH?trust=X``) kept in the key; no file: the shipped default's."""
+    f, q, opts = path.partition("?")
+    if not f:
+        from dynamix_hvd.controllers.policy.io import default_policy_path
+        f = str(default_policy_path())
+    return hashlib.sha1(Path(f).read_bytes()).hexdigest()[:12] + (q + opts)
 
 
 def _run_task(task: tuple[tuple[str, int, str, str, tuple[int, ...]], list[str], str | None]) -> dict[str, float | None]:
@@ -233,8 +239,9 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
             if "=" not in part:
                 raise ValueError(f"{what} {part!r}: expected LABEL=PATH")
             k, v = part.split("=", 1)
-            if v and not Path(v).is_file():
-                raise ValueError(f"{what} {part!r}: policy file {v} not found")
+            f = v.partition("?")[0]            # PATH?trust=X: controller options after the path
+            if f and not Path(f).is_file():
+                raise ValueError(f"{what} {part!r}: policy file {f} not found")
             out[k] = v
     return out
 
@@ -246,7 +253,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", default="8,32", help="comma list of world sizes")
     p.add_argument("--seeds", type=int, default=20, help="held-out seeds 0..K-1")
     p.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
-    p.add_argument("--policy", action="append", default=[], help="LABEL=PATH (repeatable; default ppo=shipped)")
+    p.add_argument("--policy", action="append", default=[],
+                   help="LABEL=PATH[?trust=X] (repeatable; default ppo=shipped; trust: PPOController's trust region)")
     p.add_argument("--loo", action="append", default=[], help="WORKLOAD=PATH: policy trained without WORKLOAD")
     p.add_argument("--jobs", type=int, default=2, help="worker processes (run under nice -n 15)")
     p.add_argument("--cache", default="runs/replay_eval_cache.json", help="episode cache ('' = none)")

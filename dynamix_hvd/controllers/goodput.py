@@ -82,6 +82,7 @@ class GoodputController(Controller):
         self.lasting = LastingGain()
         self.last_fit: dict[str, Any] = {}
         self.last_evidence: SplitEvidence | None = None
+        self._last_model: tuple | None = None     # the last choose()'s fit, for predicted_ratio
 
     def predict(self, alpha: np.ndarray, beta: np.ndarray, totals: Sequence[float], comm: float, overlap: float,
                 phi: float, b_ref: float, shares: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -111,6 +112,7 @@ class GoodputController(Controller):
         current = np.asarray(state.plan.batch_sizes, dtype=float)
         n = state.world_size
         self.model.add_state(state)
+        self._last_model = None
         alpha, beta = self.model.fit()
         if not np.isfinite(beta).all():
             self.last_reason = "keep plan: no compute timings yet"
@@ -152,6 +154,8 @@ class GoodputController(Controller):
             cands = [B_now] + [c for c in grid if B_now < c <= room]
         gns_ok = stable or len(cands) > 1
         goodput, splits = self.predict(alpha, beta, cands, comm, overlap, phi, b_ref, shares)   # B_now included
+        if stable:
+            self._last_model = (alpha, beta, comm, overlap, phi, b_ref, shares)
         i_now = cands.index(B_now)
         gain = self._robust_gain(goodput, i_now, alpha, beta, cands, comm, overlap, phi, b_ref, shares,
                                  float(state.glob.noise_scale_rel_err)) if gns_ok and len(cands) > 1 else goodput / goodput[i_now]
@@ -181,6 +185,16 @@ class GoodputController(Controller):
         self.last_reason = (f"{ev.reason}; {gns}; B {B_now:.0f} -> {B_best:.0f}, predicted goodput "
                             f"{g_best / g_now - 1:+.0%} (the least within the noise scale's error)")
         return self._integer(alpha, beta, b_best), float(b_best.sum())
+
+    def predicted_ratio(self, B: float, B_ref: float) -> float:
+        """The model's predicted goodput at global batch ``B`` over its prediction at ``B_ref``,
+        from the last ``choose``'s fit; NaN when that fit had no stable noise-scale estimate (the
+        model has no opinion on other global batches then)."""
+        if self._last_model is None or not (B > 0 and B_ref > 0):
+            return math.nan
+        alpha, beta, comm, overlap, phi, b_ref, shares = self._last_model
+        g = self.predict(alpha, beta, [float(B), float(B_ref)], comm, overlap, phi, b_ref, shares)[0]
+        return float(g[0] / g[1]) if g[1] > 0 else math.nan
 
     def _robust_gain(self, goodput: np.ndarray, i_now: int, alpha: np.ndarray, beta: np.ndarray,
                      cands: Sequence[float], comm: float, overlap: float, phi: float, b_ref: float,

@@ -33,8 +33,13 @@ class PPOController(Controller):
     def __init__(self, bounds: PlanBounds, base_batch: int, policy: str | os.PathLike | None = None,
                  deterministic: bool = True, seed: int = 0, finetune: bool = False, finetune_steps: int = 32,
                  finetune_lr: float = 1e-4, finetune_epochs: int = 4, finetune_seed: int | None = None,
-                 reference_goodput_fn: Callable[[ClusterState], float] | None = None) -> None:
+                 reference_goodput_fn: Callable[[ClusterState], float] | None = None, trust: float = 0.0) -> None:
         super().__init__(bounds, base_batch)
+        if not (isinstance(trust, (int, float)) and 0.0 <= float(trust) < 1.0):
+            raise ValueError(f"trust={trust!r}: a number in [0, 1) (0: off)")
+        # goodput anchor: a global scale other than the no-op is taken only where the goodput
+        # model predicts at most this relative loss of goodput for it (0: off)
+        self.trust = float(trust)
         from dynamix_hvd.controllers.policy.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig
         import torch
@@ -147,6 +152,7 @@ class PPOController(Controller):
             self.anchor.observe(state, self.last_scale)
         obs = self.observe(state)
         levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
+        gidx, trust_note = self._within_trust(gidx)
         ev = getattr(self.anchor, "evidence", None)
         if ev is not None and not (ev.act and ev.excess >= MIN_EXCESS):
             # the measurements do not justify moving the split (timing noise, steps too short to
@@ -156,13 +162,29 @@ class PPOController(Controller):
             levels = np.zeros_like(levels)
         self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None),
                                                  f"policy levels {_short(levels.astype(int).tolist())}, global scale "
-                                                 f"{self.action_config.scale(gidx):g}") if x)
+                                                 f"{self.action_config.scale(gidx):g}", trust_note) if x)
         proposed, self.target_B = proposal_from_action(sizes, levels, gidx, self.target_B, self.action_config,
                                                        self.bounds, self.anchor)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.action_config)
         self.last_scale = self.action_config.scale(gidx)
         return [float(x) for x in proposed]
+
+    def _within_trust(self, gidx: int) -> tuple[int, str | None]:
+        """The policy's global scale, or the no-op when ``trust`` is on and the goodput model
+        predicts a loss of more than ``trust`` for the batch that scale leads to (or has no
+        stable estimate to predict it with): a learned departure is taken only where the model
+        calls it a near-tie, which bounds what a policy can lose on a workload unlike those it
+        was trained on."""
+        noop = self.action_config.noop_global
+        anchor = self.anchor
+        if self.trust <= 0 or gidx == noop or not hasattr(anchor, "goodput") or anchor.B is None:
+            return gidx, None
+        scale = self.action_config.scale(gidx)
+        r = anchor.goodput.predicted_ratio(anchor.B * scale, anchor.B)
+        if r >= 1.0 - self.trust:
+            return gidx, None
+        return noop, f"global scale {scale:g} refused: goodput model predicts {r:.3f}x (trust {self.trust:g})"
 
     def reset_episode(self) -> None:
         """Forget the per-job decision state (target global batch, last action); with fine-tuning

@@ -135,7 +135,17 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
     from dynamix_hvd.controllers import make_controller
     bounds = sim.bounds()
     if name.startswith("ppo:"):
-        return make_controller("ppo", bounds, sim.base_batch, policy=name[4:])
+        path, _, opts = name[4:].partition("?")     # ppo:PATH?trust=0.03
+        kwargs: dict[str, Any] = {}
+        for kv in filter(None, opts.split("&")):
+            key, _, value = kv.partition("=")
+            if key != "trust":
+                raise ValueError(f"controller {name!r}: unknown option {key!r} (known: trust)")
+            try:
+                kwargs["trust"] = float(value)
+            except ValueError:
+                raise ValueError(f"controller {name!r}: trust={value!r} is not a number") from None
+        return make_controller("ppo", bounds, sim.base_batch, policy=path or None, **kwargs)
     if name == "random":
         return make_controller("random", bounds, sim.base_batch, seed=seed)
     return make_controller(name, bounds, sim.base_batch)

@@ -203,3 +203,31 @@ def test_eval_summary_statistics():
     assert s["max_vs_goodput"] == pytest.approx(1.01)
     assert s["gap_closed_mean"] == pytest.approx((0.5 + (-0.2)) / 2)
     assert s["vs_static_at_32"] == pytest.approx(150 / 400)
+
+
+def test_trust_keeps_the_policy_to_departures_the_goodput_model_calls_near_ties():
+    """PPO with ``trust`` takes a global scale other than the no-op only where the goodput model
+    predicts at most that relative loss for it: on a world where the lookahead policy departs
+    from goodput, a tiny trust refuses its departures (named in the decision's reason) and the
+    run ends elsewhere than with trust off; bad options are refused by name."""
+    from dynamix_hvd.controllers.ppo import PPOController
+    from dynamix_hvd.decide import control_loop
+    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.replay.runner import build_controller, run_controller
+    from dynamix_hvd.safety import MoveLimits
+    pol = "dynamix_hvd/agent/policies/imitate_h20.zip"
+    spec = WorldSpec("cifar10", 8, "none", 5)
+    sim = build_sim(spec)
+    sim.reset(spec.seed)
+    ctl = build_controller(f"ppo:{pol}?trust=0.000001", sim, spec.seed)
+    assert isinstance(ctl, PPOController) and ctl.trust == 1e-6
+    refused = 0
+    for _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch), limits=MoveLimits()):
+        refused += "refused" in (ctl.last_reason or "")
+    assert refused > 0
+    off = run_controller(build_sim(spec), f"ppo:{pol}", spec.seed)["time_to_target_s"]
+    assert sim.reached and sim.time != pytest.approx(off, rel=1e-6)
+    with pytest.raises(ValueError, match="unknown option 'trsut'"):
+        build_controller(f"ppo:{pol}?trsut=0.1", sim, 0)
+    with pytest.raises(ValueError, match="trust=1.5"):
+        build_controller(f"ppo:{pol}?trust=1.5", sim, 0)
