@@ -16,7 +16,6 @@ from dynamix_hvd.plan import Plan
 from dynamix_hvd.wire import decode_plan, encode_plan, plan_buffer
 
 
-
 def _plan_out(size: int, rank: int, plan: Plan | None, next_due: int) -> np.ndarray:
     """The zeroed plan buffer of a world of ``size``, filled on rank 0 (which must pass a plan
     for this world) with ``plan`` and ``next_due``; every transport broadcasts it from rank 0."""
@@ -26,6 +25,7 @@ def _plan_out(size: int, rank: int, plan: Plan | None, next_due: int) -> np.ndar
         assert plan is not None and plan.world_size == size
         encode_plan(plan, buf, next_due)
     return buf
+
 
 class Comm:
     """Collectives dynamix needs, over a private duplicate of ``base`` (an mpi4py Comm)."""

@@ -56,11 +56,12 @@ GAP_CELL = 1.15
 def _file_hash(path: str) -> str:
     """The policy file's content hash (the cache key), with any controller options after it
     (``PATH?trust=X``) kept in the key; no file: the shipped default's."""
-    f, q, opts = path.partition("?")
+    from dynamix_hvd.replay.runner import split_policy_spec
+    f, opts = split_policy_spec(path)
     if not f:
         from dynamix_hvd.controllers.policy.io import default_policy_path
         f = str(default_policy_path())
-    return hashlib.sha1(Path(f).read_bytes()).hexdigest()[:12] + (q + opts)
+    return hashlib.sha1(Path(f).read_bytes()).hexdigest()[:12] + (f"?{opts}" if opts else "")
 
 
 def _run_task(task: tuple[tuple[str, int, str, str, tuple[int, ...]], list[str], str | None]) -> dict[str, float | None]:
@@ -151,10 +152,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
 
     def key(wl, tr, n, s, label) -> str:
         nm = name_for(label, wl)
-        tag = nm if nm in ctl_of or nm == "ppo" else f"ppo#{hashes[nm[4:]]}"
-        if nm == "ppo":
-            from dynamix_hvd.controllers.policy.io import default_policy_path
-            tag = f"ppo#{_file_hash(str(default_policy_path()))}"
+        tag = nm if nm in ctl_of else f"ppo#{_file_hash('')}" if nm == "ppo" else f"ppo#{hashes[nm[4:]]}"
         return f"{wl}|{tr}|{n}|{s}|{tag}"
 
     labels = list(BASELINES) + list(policies) + (["loo"] if loo else [])
@@ -239,7 +237,8 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
             if "=" not in part:
                 raise ValueError(f"{what} {part!r}: expected LABEL=PATH")
             k, v = part.split("=", 1)
-            f = v.partition("?")[0]            # PATH?trust=X: controller options after the path
+            from dynamix_hvd.replay.runner import split_policy_spec
+            f = split_policy_spec(v)[0]        # PATH?trust=X: controller options after the path
             if f and not Path(f).is_file():
                 raise ValueError(f"{what} {part!r}: policy file {f} not found")
             out[k] = v

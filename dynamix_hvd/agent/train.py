@@ -178,8 +178,10 @@ def _run_replay(args: argparse.Namespace) -> int:
         meta = train_imitation(cfg, args.seed, Path(args.out), iters=args.dagger_iters,
                                worlds_per_iter=args.worlds_per_iter, epochs=args.epochs, hidden=args.hidden,
                                tie=args.noop_bonus, samples=start, horizon=args.horizon,
-                               save_samples_to=args.save_samples or None, verbose=not args.quiet, command="dynamix " + " ".join(sys.argv[1:]))
-        print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {meta['dagger'][-1] if meta['dagger'] else 'none (fitted to --samples)'}")
+                               save_samples_to=args.save_samples or None, verbose=not args.quiet,
+                               command="dynamix " + " ".join(sys.argv[1:]))
+        last = meta["dagger"][-1] if meta["dagger"] else "none (fitted to --samples)"
+        print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {last}")
         return 0
     meta = train_replay(cfg, args.timesteps, args.seed, Path(args.out), args.n_envs, args.hidden, args.threads,
                         verbose=not args.quiet, command="dynamix " + " ".join(sys.argv[1:]))

@@ -131,11 +131,17 @@ def make_scenario_world(workload: str, scenario: str, target: float | None = Non
     return World(wl.name, sim, tr)
 
 
+def split_policy_spec(spec: str) -> tuple[str, str]:
+    """``PATH?trust=X`` -> (PATH, ``trust=X``): a PPO policy file and the controller options after it."""
+    path, _, opts = spec.partition("?")
+    return path, opts
+
+
 def build_controller(name: str, sim: ReplaySim, seed: int):
     from dynamix_hvd.controllers import make_controller
     bounds = sim.bounds()
     if name.startswith("ppo:"):
-        path, _, opts = name[4:].partition("?")     # ppo:PATH?trust=0.03
+        path, opts = split_policy_spec(name[4:])     # ppo:PATH?trust=0.03
         kwargs: dict[str, Any] = {}
         for kv in filter(None, opts.split("&")):
             key, _, value = kv.partition("=")
