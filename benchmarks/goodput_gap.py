@@ -12,7 +12,19 @@ the median time to target per workload relative to plain goodput:
 * ``scaleS`` (e.g. ``scale2``): PPO's decision path with one constant action, the global scale S x
   goodput's choice at every decision (the best such constant, per workload, is what a policy
   that learned only "larger than goodput" could get);
+* ``probeM`` (e.g. ``probe20``): PPO's decision path (goodput anchor, gates, move limits) with
+  the no-op at every decision but one in M, where it asks for 1.6 x goodput's global batch: a
+  fixed exploration schedule (what a larger batch costs is measured, not extrapolated);
 * ``phiC`` (e.g. ``phi2``): goodput with its efficiency model fed the noise scale x C;
+* ``trueE`` / ``trueEnohold``: goodput with its efficiency model replaced by the true one of the
+  current metric level (the measured curves' samples per level at the reference batch over those at
+  B), with the shipped hold / as ``nohold``: the most any calibration of E(B) from measurements
+  could give goodput's decision rule;
+* ``trueT``: goodput's efficiency model, but every candidate's step time and split the true ones
+  at the speeds of the interval that has just ended;
+* ``trueET``: as ``trueE``, and every candidate's step time and split are the true ones at the
+  speeds of the interval that has just ended (the causal oracle's): goodput's gates, grid and the
+  safety layer are what is left between it and ``causal_safe``;
 * ``causal4``: the causal oracle within goodput's global-batch range (true curves, last
   interval's speeds).
 
@@ -65,14 +77,67 @@ def _run_scaled(sim, seed: int, s: float) -> float | None:
     return sim.time if sim.reached else None
 
 
+def _run_probing(sim, seed: int, every: int, scale: float = 1.6) -> float | None:
+    """``_run_scaled`` with the no-op except at one decision in ``every``, where the global scale
+    is ``scale``."""
+    from dynamix_hvd.agent.replay_env import EnvController, ReplayEnvConfig
+    from dynamix_hvd.decide import control_loop
+    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.safety import MoveLimits
+    cfg = ReplayEnvConfig(history=0)
+    scales = cfg.action.global_scales
+    sim.reset(seed)
+
+    class Probing(EnvController):
+        k = 0
+
+        def act(self, obs):
+            self.k += 1
+            return np.zeros(sim.n), scales.index(scale if self.k % every == every // 2 else 1.0)
+    ctl = Probing(sim.bounds(), sim.base_batch, cfg)
+    for _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch), limits=MoveLimits()):
+        pass
+    return sim.time if sim.reached else None
+
+
 def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
     from dynamix_hvd.replay.runner import run_controller, run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
     sim = build_sim(WorldSpec(wl, n, trace, seed))
     if mode == "causal4":
         t = run_one(sim, "causal4", seed)["time_to_target_s"]
+    elif mode.startswith("probe"):     # probeM: 1.6 x goodput's global batch at one decision in M
+        t = _run_probing(sim, seed, int(mode[5:]))
     elif mode.startswith("scale"):     # scaleS: PPO's action space, global scale S at every decision
         t = _run_scaled(sim, seed, float(mode[5:]))
+    elif mode in ("trueE", "trueEnohold", "trueET", "trueT"):
+        import dynamix_hvd.controllers.goodput as gmod
+        from dynamix_hvd.replay.oracle import _equal_time, last_interval_multipliers
+        orig, orig_predict = gmod.efficiency_array, gmod.GoodputController.predict
+
+        def true_efficiency(B, ref, phi):
+            Bv = np.atleast_1d(np.asarray(B, dtype=float))
+            cum = sim.pm.cum_for(np.concatenate([[ref], Bv]))
+            k = min(int(sim.P), sim.pm.n_levels - 1)
+            seg = cum[:, k + 1] - cum[:, k]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                e = np.where(np.isfinite(seg[1:]) & (seg[1:] > 0), seg[0] / seg[1:], 0.0)
+            return e if np.ndim(B) else float(e[0])
+        def true_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares=None):
+            tot = np.asarray(totals, dtype=float)
+            T, cont = _equal_time(sim, last_interval_multipliers(sim), tot)
+            eff = orig(tot, b_ref, phi) if mode == "trueT" else true_efficiency(tot, b_ref, phi)
+            return tot / T * eff, np.clip(cont, 1.0, None)
+        if mode != "trueT":
+            gmod.efficiency_array = true_efficiency
+        if mode == "trueEnohold":
+            sim.observe = _patched_observe(sim, "nohold")
+        if mode in ("trueET", "trueT"):
+            gmod.GoodputController.predict = true_predict
+        try:
+            t = run_controller(sim, "goodput", seed)["time_to_target_s"]
+        finally:
+            gmod.efficiency_array, gmod.GoodputController.predict = orig, orig_predict
     elif mode.startswith("phi"):       # phiC: goodput's efficiency model with the noise scale x C
         import dynamix_hvd.controllers.goodput as gmod
         from dynamix_hvd.perfmodel import efficiency_array
