@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         pair = [worst(figure_ratios(per_run, n, bl, paired=True)) for n, bl in draws]
         cells = []
         for col in (med, pair):
-            cells.append(f"{col[0][0]:.2f}x at {col[0][1]:.2f}")
-            cells.append(" / ".join(f"{r:.2f}x" for r, _ in col[1:]))
+            cells.append(f"{col[0][0]:.3f}x at {col[0][1]:.2f}")
+            cells.append(" / ".join(f"{r:.3f}x" for r, _ in col[1:]))
         acc = " / ".join(f"{ctl[n]['final_accuracy_mean5']:.3f}" for n in ("static", "proportional", a.twin, "ppo"))
         name = out.name.removeprefix("s25_")
         print(f"| {name} | {len(runs['ppo'])} | " + " | ".join(cells) + f" | {acc} |")
