@@ -123,6 +123,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             with np.errstate(divide="ignore", invalid="ignore"):
                 e = np.where(np.isfinite(seg[1:]) & (seg[1:] > 0), seg[0] / seg[1:], 0.0)
             return e if np.ndim(B) else float(e[0])
+
         def true_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares=None):
             tot = np.asarray(totals, dtype=float)
             T, cont = _equal_time(sim, last_interval_multipliers(sim), tot)
