@@ -15,6 +15,8 @@ the median time to target per workload relative to plain goodput:
 * ``probeM`` (e.g. ``probe20``): PPO's decision path (goodput anchor, gates, move limits) with
   the no-op at every decision but one in M, where it asks for 1.6 x goodput's global batch: a
   fixed exploration schedule (what a larger batch costs is measured, not extrapolated);
+  ``probeMgG`` (e.g. ``probe10g0.9``): the same, probing only where the efficiency model says the
+  probe keeps >= G of the per-sample progress, E(1.6 B) / E(B) >= G;
 * ``phiC`` (e.g. ``phi2``): goodput with its efficiency model fed the noise scale x C;
 * ``trueE`` / ``trueEnohold``: goodput with its efficiency model replaced by the true one of the
   current metric level (the measured curves' samples per level at the reference batch over those at
@@ -25,6 +27,11 @@ the median time to target per workload relative to plain goodput:
 * ``trueET``: as ``trueE``, and every candidate's step time and split are the true ones at the
   speeds of the interval that has just ended (the causal oracle's): goodput's gates, grid and the
   safety layer are what is left between it and ``causal_safe``;
+* ``fitO`` / ``fitOprobeM...``: goodput (or the probe schedule) with its sync model
+  ``max(a - o x compute, 0.05 a)`` fitted over the last 16 decisions' (slowest compute, exposed
+  time) once their compute spans 20% (``_fit_overlap_patch``), as Pollux fits its sync term;
+  ``fitOL``: the slope (overlap) only, once the global batches run span 20%, the level from the
+  last interval (a link change moves the level at once);
 * ``causal4``: the causal oracle within goodput's global-batch range (true curves, last
   interval's speeds).
 
@@ -77,9 +84,12 @@ def _run_scaled(sim, seed: int, s: float) -> float | None:
     return sim.time if sim.reached else None
 
 
-def _run_probing(sim, seed: int, every: int, scale: float = 1.6) -> float | None:
+def _run_probing(sim, seed: int, every: int, scale: float = 1.6, gate: float = 0.0) -> float | None:
     """``_run_scaled`` with the no-op except at one decision in ``every``, where the global scale
-    is ``scale``."""
+    is ``scale``; with ``gate`` > 0, only if the efficiency model's ratio E(scale x B) / E(B) at the
+    current global batch B and a stable noise-scale estimate is >= ``gate`` (the probe's statistical
+    cost is small; its throughput is what is unknown)."""
+    from dynamix_hvd.perfmodel import efficiency
     from dynamix_hvd.agent.replay_env import EnvController, ReplayEnvConfig
     from dynamix_hvd.decide import control_loop
     from dynamix_hvd.plan import Plan
@@ -93,21 +103,71 @@ def _run_probing(sim, seed: int, every: int, scale: float = 1.6) -> float | None
 
         def act(self, obs):
             self.k += 1
-            return np.zeros(sim.n), scales.index(scale if self.k % every == every // 2 else 1.0)
+            probe = self.k % every == every // 2
+            if probe and gate > 0:
+                st = self._obs_state
+                phi, B = float(st.glob.noise_scale), float(sum(st.plan.batch_sizes))
+                probe = bool(st.glob.noise_scale_stable) and math.isfinite(phi) and phi > 0 \
+                    and efficiency(scale * B, B, phi) >= gate
+            return np.zeros(sim.n), scales.index(scale if probe else 1.0)
     ctl = Probing(sim.bounds(), sim.base_batch, cfg)
     for _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch), limits=MoveLimits()):
         pass
     return sim.time if sim.reached else None
 
 
+def _fit_overlap_patch(gmod, keep: int = 16, spread: float = 0.2, level_now: bool = False):
+    """Patch goodput so that its sync model ``exposed = max(a - o x compute, 0.05 a)`` is fitted
+    by least squares over the last ``keep`` decisions' (slowest compute, measured exposed) pairs
+    once their compute spans ``spread`` (Pollux fits its sync term to the iteration times of every
+    configuration it has run), instead of read off the last interval. Returns the undo."""
+    G = gmod.GoodputController
+    orig_choose, orig_predict = G.choose, G.predict
+
+    def choose(self, state, incumbent=None):
+        c = np.array([w.compute_s for w in state.workers], dtype=float)
+        st = np.array([w.step_s for w in state.workers], dtype=float)
+        if np.isfinite(c).any() and np.isfinite(st).any():
+            mc = float(np.nanmax(c))
+            h = self.__dict__.setdefault("_ohist", [])
+            h.append((mc, max(float(np.nanmedian(st)) - mc, 0.0), float(sum(state.plan.batch_sizes))))
+            del h[:-keep]
+        return orig_choose(self, state, incumbent)
+
+    def predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares=None):
+        h = np.array(getattr(self, "_ohist", []) or [[1.0, 0.0, 1.0]])
+        span = h[:, 2] if level_now else h[:, 0]      # level_now: the global batches must span it
+        if h.shape[0] >= 2 and span.max() > (1 + spread) * span.min():
+            slope, icpt = np.polyfit(h[:, 0], h[:, 1], 1)
+            o = float(np.clip(-slope, 0.0, 1.0))
+            # the level: the history's mean, or (level_now) the last interval's exposed time
+            a = float(max(h[-1, 1] + o * h[-1, 0] if level_now else np.mean(h[:, 1] + o * h[:, 0]), 0.0))
+            comm, overlap = a, o
+        return orig_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares)
+    G.choose, G.predict = choose, predict
+
+    def undo():
+        G.choose, G.predict = orig_choose, orig_predict
+    return undo
+
+
 def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
     from dynamix_hvd.replay.runner import run_controller, run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
     sim = build_sim(WorldSpec(wl, n, trace, seed))
+    if mode.startswith("fitO"):        # fitO[L][probeM...]: the sync model fitted over the decisions' history
+        import dynamix_hvd.controllers.goodput as gmod
+        level_now = mode.startswith("fitOL")
+        undo = _fit_overlap_patch(gmod, level_now=level_now)
+        try:
+            return run(wl, trace, n, seed, mode[5 if level_now else 4:] or "goodput")
+        finally:
+            undo()
     if mode == "causal4":
         t = run_one(sim, "causal4", seed)["time_to_target_s"]
-    elif mode.startswith("probe"):     # probeM: 1.6 x goodput's global batch at one decision in M
-        t = _run_probing(sim, seed, int(mode[5:]))
+    elif mode.startswith("probe"):     # probeM[gG]: 1.6 x goodput's global batch at one decision in M
+        every, _, g = mode[5:].partition("g")
+        t = _run_probing(sim, seed, int(every), gate=float(g) if g else 0.0)
     elif mode.startswith("scale"):     # scaleS: PPO's action space, global scale S at every decision
         t = _run_scaled(sim, seed, float(mode[5:]))
     elif mode in ("trueE", "trueEnohold", "trueET", "trueT"):

@@ -8,6 +8,11 @@ online fine-tuning, the reward, the (model-based) simulator and the emulated clu
   ``overlap`` of it with the slowest rank's backward: max(a - overlap x compute, 0.05 a) (some
   of the last bucket is always exposed).
 - ``step_time(compute, a, overlap, overhead)``: slowest compute + exposed communication + overhead.
+- ``fit_overlap(compute, exposed, batches)``: the overlap as the decisions' history measures it,
+  minus the least-squares slope of the exposed time against the slowest rank's compute, once the
+  global batches run span ``OVERLAP_SPAN`` (Pollux fits its sync term to the iteration times of
+  every configuration it has run; one interval cannot tell how much of the allreduce a longer
+  backward would hide).
 - ``ring_allreduce_s(nbytes, bw, lat)``: a ring allreduce over N ranks on a star network (each rank
   one link to a switch): 2(N-1)/N x nbytes over the slowest link, plus 2(N-1) rounds whose hop
   i -> i+1 crosses two links (lat_i + lat_{i+1}) and is bounded by the slowest hop.
@@ -46,6 +51,27 @@ def step_time(compute_s: float | np.ndarray, allreduce_s: float, overlap: float,
               overhead_s: float = 0.0) -> float | np.ndarray:
     """Step time from the slowest rank's compute: compute + exposed communication + overhead."""
     return compute_s + exposed_comm(allreduce_s, compute_s, overlap) + overhead_s
+
+
+OVERLAP_SPAN = 0.2      # fit_overlap: the largest global batch run must exceed the smallest by this share
+
+
+def fit_overlap(compute_s: Sequence[float], exposed_s: Sequence[float], global_batches: Sequence[float],
+                span: float = OVERLAP_SPAN) -> float | None:
+    """Overlap in [0, 1] fitted over (slowest compute, exposed communication) pairs measured at
+    several global batches: ``-slope`` of ``exposed = a - overlap x compute`` by least squares,
+    clipped to [0, 1]. None (not identified) with fewer than two finite pairs, when the global
+    batches do not span ``span`` (max > (1 + span) x min) or when the compute times do not differ."""
+    c, e, B = (np.asarray(x, dtype=float) for x in (compute_s, exposed_s, global_batches))
+    ok = np.isfinite(c) & np.isfinite(e) & np.isfinite(B) & (B > 0)
+    c, e, B = c[ok], e[ok], B[ok]
+    if c.size < 2 or not B.max() > (1.0 + span) * B.min():
+        return None
+    dc = c - c.mean()
+    var = float(dc @ dc)
+    if not var > 0:
+        return None
+    return float(np.clip(-(dc @ (e - e.mean())) / var, 0.0, 1.0))
 
 
 def ring_allreduce_s(nbytes: float, bandwidth_Bps: Sequence[float], latency_s: Sequence[float]) -> float:

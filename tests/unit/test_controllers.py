@@ -867,3 +867,39 @@ def test_a_significant_imbalance_below_10_percent_is_resplit_once_it_lasts(name)
     assert sum(new) == 128 and new != plan
     t = [a + b * x for a, b, x in zip(alpha, beta, new)]
     assert max(t) <= 0.121, (new, max(t))                       # 130 -> 120 ms
+
+
+def _overlap_state(b, exposed, per_sample=0.001, n=4):
+    ws = [WorkerStats(rank=r, batch_size=b, max_batch=1024, compute_s=per_sample * b, step_s=per_sample * b + exposed,
+                      comm_s=exposed, allreduce_p50_s=exposed) for r in range(n)]
+    return ClusterState(Plan(0, (b,) * n), ws, GlobalStats(noise_scale_stable=True, noise_scale=2000.0))
+
+
+def test_goodput_fits_the_overlap_over_the_global_batches_it_has_run():
+    # B = 128 exposes 60 ms of allreduce, B = 256 only 30 ms: the 32 ms longer backward hid 30 ms
+    # of it. One interval cannot show that (its p50 is the exposed time: overlap 0, and a larger
+    # batch is priced at its compute + 30 ms); the history's two global batches can (session 31)
+    bounds = PlanBounds(max_batch=(1024,) * 4, min_batch=1, deadband=0.0)
+    fit = make_controller("goodput", bounds, 32)
+    fit.decide(_overlap_state(32, 0.060))
+    fit.decide(_overlap_state(64, 0.030))
+    one = make_controller("goodput", bounds, 32)
+    one.decide(_overlap_state(64, 0.030))
+    assert fit.last_fit["overlap"] == pytest.approx(30 / 32)
+    assert fit.last_fit["comm"] == pytest.approx(0.030 + 30 / 32 * 0.064)
+    assert one.last_fit["overlap"] == 0.0
+    assert fit.predicted_ratio(512, 256) > 1.1 * one.predicted_ratio(512, 256)
+    # a checkpoint keeps the history the fit stands on
+    back = make_controller("goodput", bounds, 32)
+    back.load_state_dict(fit.state_dict())
+    assert list(back.sync_history) == list(fit.sync_history)
+
+
+def test_goodput_overlap_fit_needs_global_batches_that_differ():
+    # a slowdown at one global batch changes the compute, not the batch: no fit (a link or node
+    # change would otherwise pass for overlap), the one interval's estimate stays
+    bounds = PlanBounds(max_batch=(1024,) * 4, min_batch=1, deadband=0.0)
+    ctl = make_controller("goodput", bounds, 32)
+    ctl.decide(_overlap_state(32, 0.060))
+    ctl.decide(_overlap_state(32, 0.030, per_sample=0.002))
+    assert ctl.last_fit["overlap"] == 0.0 and ctl.last_fit["comm"] == pytest.approx(0.030)

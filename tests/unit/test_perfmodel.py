@@ -36,3 +36,14 @@ def test_emulator_latency_is_the_same_ring_model():
     lat_ms = [0.05, 5.0, 0.05, 0.05]
     assert ring_latency_s(lat_ms) == pytest.approx(perfmodel.ring_allreduce_s(0.0, [1.0] * 4, [x / 1e3 for x in lat_ms]))
     assert ring_latency_s(lat_ms) == pytest.approx(6 * 5.05e-3)
+
+
+def test_fit_overlap_is_the_negative_slope_once_the_batches_span_enough():
+    c = np.array([0.032, 0.064, 0.048])
+    assert perfmodel.fit_overlap(c, 0.09 - 0.5 * c, [128, 256, 192]) == pytest.approx(0.5)
+    assert perfmodel.fit_overlap(c, 0.01 + 0.2 * c, [128, 256, 192]) == 0.0          # clipped at 0
+    assert perfmodel.fit_overlap(c, 0.2 - 3.0 * c, [128, 256, 192]) == 1.0           # ... and at 1
+    assert perfmodel.fit_overlap(c, 0.09 - 0.5 * c, [128, 150, 140]) is None        # span < 20%
+    assert perfmodel.fit_overlap([0.032], [0.06], [128]) is None
+    assert perfmodel.fit_overlap([0.05, 0.05], [0.06, 0.03], [128, 256]) is None    # compute alike
+    assert perfmodel.fit_overlap([0.032, np.nan, 0.064], [0.06, 0.0, 0.03], [128, 512, 256]) == pytest.approx(30 / 32)

@@ -1,0 +1,58 @@
+"""One controller's replay times in two ``dynamix eval-replay`` caches (e.g. before and after a
+change to it): per cell (workload x trace x N) the median time to target over the seeds both hold,
+the ratio B / A, and the geometric mean of the ratios per workload and overall (a miss counts as
+infinitely slow, as in eval-replay).
+
+    .venv/bin/python benchmarks/compare_eval_caches.py runs/s29/eval_cache.json runs/s31/eval_cache.json \\
+        --controller goodput [--controller-b ppo#HASH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+
+def _cells(cache: dict, label: str) -> dict[tuple[str, str, str], dict[int, float]]:
+    out: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
+    for k, v in cache.items():
+        wl, tr, n, seed, lb = k.split("|", 4)
+        if lb == label:
+            out[(wl, tr, n)][int(seed)] = math.inf if v is None else float(v)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("cache_a")
+    p.add_argument("cache_b")
+    p.add_argument("--controller", default="goodput", help="label in cache A (and B unless --controller-b)")
+    p.add_argument("--controller-b", default=None)
+    a = p.parse_args(argv)
+    A = _cells(json.loads(Path(a.cache_a).read_text()), a.controller)
+    B = _cells(json.loads(Path(a.cache_b).read_text()), a.controller_b or a.controller)
+    per_wl: dict[str, list[float]] = defaultdict(list)
+    for cell in sorted(set(A) & set(B)):
+        seeds = sorted(set(A[cell]) & set(B[cell]))
+        if not seeds:
+            continue
+        ma = float(np.median([A[cell][s] for s in seeds]))
+        mb = float(np.median([B[cell][s] for s in seeds]))
+        r = mb / ma if math.isfinite(ma) and ma > 0 else math.nan
+        per_wl[cell[0]].append(r)
+        print(f"{cell[0]:12s} {cell[1]:26s} N={cell[2]:>3s} seeds {len(seeds):2d}  A {ma:9.0f} s  B {mb:9.0f} s  B/A {r:.3f}")
+    allr = [r for v in per_wl.values() for r in v]
+    if not allr:
+        print("no cell in both caches")
+        return 1
+    print("\ngeomean B/A per workload: " + "  ".join(f"{w} {math.exp(np.mean(np.log(v))):.3f}" for w, v in per_wl.items()))
+    print(f"overall {math.exp(np.mean(np.log(allr))):.3f} over {len(allr)} cells; max cell {max(allr):.3f}, min {min(allr):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
