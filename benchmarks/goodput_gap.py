@@ -35,6 +35,10 @@ the median time to target per workload relative to plain goodput:
 * ``causal4``: the causal oracle within goodput's global-batch range (true curves, last
   interval's speeds).
 
+Since session 31 (8fef71f) goodput itself fits the overlap over the batches it ran
+(``perfmodel.fit_overlap``): the ``fitO`` figures in docs/policy.md were measured against goodput
+before that, and on the current code ``fitO`` stacks a second fit on goodput's own.
+
 What is left between ``truephi`` and ``causal4`` is the error of the efficiency model
 ``E(B) = (phi + B0) / (phi + B)`` itself against the measured curves.
 
