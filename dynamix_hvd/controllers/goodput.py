@@ -4,11 +4,11 @@ Per rank it fits a throughput model ``t_i(b) = alpha_i + beta_i * b`` (least squ
 recent (b_i, compute_s) observations; ``alpha_i = 0`` until two distinct sizes were seen), adds
 the per-step communication left exposed after overlap (the larger of the allreduce p50 and the
 measured step time minus the slowest rank's compute; once the last decisions ran global batches
-that span 20%, the overlap is fitted over them, ``perfmodel.fit_overlap``), and multiplies throughput by the statistical
-efficiency ``E(B) = (phi + B_ref) / (phi + B)`` from the gradient noise scale ``phi =
-glob.noise_scale``. It picks the global batch B from a grid around B_ref (= base_batch x N) that
-maximises predicted goodput ``B / T(B) * E(B)`` and splits it so every rank's predicted compute
-time is equal. The grid (``candidate_scales``) is ``scales`` (0.5-4 x B_ref) continued in the
+that span 20%, the overlap is fitted over them, ``perfmodel.fit_overlap``), and multiplies
+throughput by the statistical efficiency ``E(B) = (phi + B_ref) / (phi + B)`` from the gradient
+noise scale ``phi = glob.noise_scale``. It picks the global batch B from a grid around B_ref
+(= base_batch x N) that maximises predicted goodput ``B / T(B) * E(B)`` and splits it so every
+rank's predicted compute time is equal. The grid (``candidate_scales``) is ``scales`` (0.5-4 x B_ref) continued in the
 same 1.25x steps up to the plan bounds' largest global batch: the cap on growth is the bounds'
 (the LR rule's ``max_batch_growth``, the user's ``max_global_batch``, memory), not the grid's, as
 in Pollux, whose goodput search runs up to the job's batch-size limit. (Until session 24 the grid
@@ -247,5 +247,10 @@ class GoodputController(Controller):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state.get("model", {}))
         self.lasting.streak = int(state.get("lasting", 0))
+        points = state.get("sync_history", [])
+        if not isinstance(points, list) or not all(isinstance(p, (list, tuple)) and len(p) == 3 and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in p) for p in points):
+            raise ValueError("goodput state 'sync_history': expected a list of [slowest compute s, exposed s, "
+                             f"global batch] triples of finite numbers, got {str(points)[:120]}")
         self.sync_history.clear()
-        self.sync_history.extend(tuple(float(x) for x in p) for p in state.get("sync_history", []))
+        self.sync_history.extend(tuple(float(x) for x in p) for p in points)

@@ -903,3 +903,12 @@ def test_goodput_overlap_fit_needs_global_batches_that_differ():
     ctl.decide(_overlap_state(32, 0.060))
     ctl.decide(_overlap_state(32, 0.030, per_sample=0.002))
     assert ctl.last_fit["overlap"] == 0.0 and ctl.last_fit["comm"] == pytest.approx(0.030)
+
+
+def test_goodput_state_with_a_bad_sync_history_names_the_key():
+    ctl = make_controller("goodput", PlanBounds(max_batch=(1024,) * 4, min_batch=1, deadband=0.0), 32)
+    for bad in ([[0.03, 0.06]], "x", [[0.03, float("nan"), 128.0]], [[0.03, True, 128.0]]):
+        with pytest.raises(ValueError, match="sync_history"):
+            ctl.load_state_dict({"sync_history": bad})
+    ctl.load_state_dict({})            # a checkpoint from before session 31: no history
+    assert list(ctl.sync_history) == []
