@@ -27,17 +27,15 @@ the median time to target per workload relative to plain goodput:
 * ``trueET``: as ``trueE``, and every candidate's step time and split are the true ones at the
   speeds of the interval that has just ended (the causal oracle's): goodput's gates, grid and the
   safety layer are what is left between it and ``causal_safe``;
-* ``fitO`` / ``fitOprobeM...``: goodput (or the probe schedule) with its sync model
-  ``max(a - o x compute, 0.05 a)`` fitted over the last 16 decisions' (slowest compute, exposed
-  time) once their compute spans 20% (``_fit_overlap_patch``), as Pollux fits its sync term;
-  ``fitOL``: the slope (overlap) only, once the global batches run span 20%, the level from the
-  last interval (a link change moves the level at once);
+* ``nofit`` / ``nofitMODE`` (e.g. ``nofitprobe10``): goodput (or MODE) with its overlap fit
+  (``perfmodel.fit_overlap``, session 31) switched off: the overlap read off the last interval;
 * ``causal4``: the causal oracle within goodput's global-batch range (true curves, last
   interval's speeds).
 
-Since session 31 (8fef71f) goodput itself fits the overlap over the batches it ran
-(``perfmodel.fit_overlap``): the ``fitO`` figures in docs/policy.md were measured against goodput
-before that, and on the current code ``fitO`` stacks a second fit on goodput's own.
+Since session 31 (8fef71f) goodput fits the overlap over the batches it ran; the ``fitO`` /
+``fitOprobeM`` figures in docs/policy.md were measured at 108cb0c, before that, by a patch that
+fitted the same model (``git show 108cb0c:benchmarks/goodput_gap.py``); on the current code
+``--modes nofit,goodput`` compares goodput without and with the fit.
 
 What is left between ``truephi`` and ``causal4`` is the error of the efficiency model
 ``E(B) = (phi + B0) / (phi + B)`` itself against the measured curves.
@@ -120,53 +118,17 @@ def _run_probing(sim, seed: int, every: int, scale: float = 1.6, gate: float = 0
     return sim.time if sim.reached else None
 
 
-def _fit_overlap_patch(gmod, keep: int = 16, spread: float = 0.2, level_now: bool = False):
-    """Patch goodput so that its sync model ``exposed = max(a - o x compute, 0.05 a)`` is fitted
-    by least squares over the last ``keep`` decisions' (slowest compute, measured exposed) pairs
-    once their compute spans ``spread`` (Pollux fits its sync term to the iteration times of every
-    configuration it has run), instead of read off the last interval. Returns the undo."""
-    G = gmod.GoodputController
-    orig_choose, orig_predict = G.choose, G.predict
-
-    def choose(self, state, incumbent=None):
-        c = np.array([w.compute_s for w in state.workers], dtype=float)
-        st = np.array([w.step_s for w in state.workers], dtype=float)
-        if np.isfinite(c).any() and np.isfinite(st).any():
-            mc = float(np.nanmax(c))
-            h = self.__dict__.setdefault("_ohist", [])
-            h.append((mc, max(float(np.nanmedian(st)) - mc, 0.0), float(sum(state.plan.batch_sizes))))
-            del h[:-keep]
-        return orig_choose(self, state, incumbent)
-
-    def predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares=None):
-        h = np.array(getattr(self, "_ohist", []) or [[1.0, 0.0, 1.0]])
-        span = h[:, 2] if level_now else h[:, 0]      # level_now: the global batches must span it
-        if h.shape[0] >= 2 and span.max() > (1 + spread) * span.min():
-            slope, icpt = np.polyfit(h[:, 0], h[:, 1], 1)
-            o = float(np.clip(-slope, 0.0, 1.0))
-            # the level: the history's mean, or (level_now) the last interval's exposed time
-            a = float(max(h[-1, 1] + o * h[-1, 0] if level_now else np.mean(h[:, 1] + o * h[:, 0]), 0.0))
-            comm, overlap = a, o
-        return orig_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares)
-    G.choose, G.predict = choose, predict
-
-    def undo():
-        G.choose, G.predict = orig_choose, orig_predict
-    return undo
-
-
 def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
     from dynamix_hvd.replay.runner import run_controller, run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
     sim = build_sim(WorldSpec(wl, n, trace, seed))
-    if mode.startswith("fitO"):        # fitO[L][probeM...]: the sync model fitted over the decisions' history
+    if mode.startswith("nofit"):       # nofit[MODE]: MODE with goodput's overlap fit off (as before 8fef71f)
         import dynamix_hvd.controllers.goodput as gmod
-        level_now = mode.startswith("fitOL")
-        undo = _fit_overlap_patch(gmod, level_now=level_now)
+        orig_fit, gmod.fit_overlap = gmod.fit_overlap, lambda *args, **kw: None
         try:
-            return run(wl, trace, n, seed, mode[5 if level_now else 4:] or "goodput")
+            return run(wl, trace, n, seed, mode[5:] or "goodput")
         finally:
-            undo()
+            gmod.fit_overlap = orig_fit
     if mode == "causal4":
         t = run_one(sim, "causal4", seed)["time_to_target_s"]
     elif mode.startswith("probe"):     # probeM[gG]: 1.6 x goodput's global batch at one decision in M
