@@ -117,11 +117,15 @@ def _multipliers(sim: ReplaySim, step0: int, K: int) -> np.ndarray:
     return sim.hw * (lengths @ F) / lengths.sum()
 
 
-def last_interval_multipliers(sim: ReplaySim) -> np.ndarray:
+def last_interval_multipliers(sim: ReplaySim, blind: bool = False) -> np.ndarray:
     """What a controller could know of the speeds when it decides: every rank's true compute
-    multiplier over the interval that has just ended (the hardware alone before the first)."""
+    multiplier over the interval that has just ended; before the first, the hardware alone, or
+    with ``blind`` nothing (equal multipliers: the static plan, as a controller that has not
+    measured yet)."""
     K = sim.interval_steps
-    return _multipliers(sim, sim.t - K, K) if sim.t >= K else sim.hw.astype(float)
+    if sim.t >= K:
+        return _multipliers(sim, sim.t - K, K)
+    return np.ones(sim.n) if blind else sim.hw.astype(float)
 
 
 def causal_scores(sim: ReplaySim, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,18 +138,19 @@ def causal_scores(sim: ReplaySim, cands: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_exact: int,
-             max_decisions: int, causal: bool = False) -> tuple[float, list[int]]:
+             max_decisions: int, causal: bool = False, blind: bool = False) -> tuple[float, list[int]]:
     """One oracle episode over ``cands``: per interval the best of the ``n_exact`` best-estimated
     candidates, run exactly. Returns (time to target or inf, global batch per decision).
 
     ``causal``: decide on the true speeds of the interval that has just ended (the hardware alone
-    before the first), not the coming one's, and commit the best estimate without trial runs."""
+    before the first; ``blind``: nothing before the first), not the coming one's, and commit the
+    best estimate without trial runs."""
     sim.reset(seed)
     K = sim.interval_steps
     schedule: list[int] = []
     while not sim.done and sim.decisions < max_decisions:
         if causal:
-            h = last_interval_multipliers(sim)
+            h = last_interval_multipliers(sim, blind)
             n_exact = 1
         else:
             h = _multipliers(sim, sim.t, K)
@@ -163,7 +168,8 @@ def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_e
     return (sim.time if sim.reached else math.inf), schedule
 
 
-def run_causal(sim: ReplaySim, seed: int, max_scale: float | None = None, max_decisions: int = 200_000) -> dict[str, Any]:
+def run_causal(sim: ReplaySim, seed: int, max_scale: float | None = None, max_decisions: int = 200_000,
+               blind: bool = False) -> dict[str, Any]:
     """The causal oracle: the greedy schedule of ``run_hindsight`` deciding on what a controller
     could know at each decision: the true progress curves (a perfect workload model) and the true
     speeds of the interval that has just ended, not the coming one's; no trial runs, no search
@@ -174,16 +180,18 @@ def run_causal(sim: ReplaySim, seed: int, max_scale: float | None = None, max_de
     percent. ``max_scale``: only global batches up to this many times B0 (``causal4``: 4 x B0,
     where the goodput controller's candidates ended until session 24; they now run up to the
     bounds, ``goodput.candidate_scales``), to tell what the range of global batches is worth
-    from what the model is."""
+    from what the model is. ``blind`` (``causal_blind``): the first interval runs the static plan,
+    as every controller's does, instead of a split by the true hardware speeds: the bound for a
+    controller that measures perfectly but only what has happened."""
     sim.reset(seed)
     cands = candidate_batches(sim)
     if max_scale is not None:
         cands = cands[cands <= max(max_scale * sim.B0, cands.min())]
     cumC = sim.pm.cum_for(cands.astype(float))
-    t, sched = _episode(sim, seed, cands, cumC, 1, max_decisions, causal=True)
+    t, sched = _episode(sim, seed, cands, cumC, 1, max_decisions, causal=True, blind=blind)
     sim.time, sim.reached = t, math.isfinite(t)
     return {"time_to_target_s": t if math.isfinite(t) else None, "schedule": sched,
-            "decisions": len(sched), "found_by": "causal"}
+            "decisions": len(sched), "found_by": "causal_blind" if blind else "causal"}
 
 
 def safe_candidates(grid: np.ndarray, B_cur: float, stable: bool, room: float, hi: float,

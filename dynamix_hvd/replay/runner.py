@@ -11,7 +11,9 @@ workload curves and the speeds of the interval just ended; ``oracle.run_causal``
 goodput's gap to ``hindsight`` that a controller could close; ``causal_safe`` the same behind the
 safety layer's limits on the global batch (what a controller with a perfect workload model could
 close under the product's safety rules); ``causal4`` the same with global batches
-only up to 4 x B0 (where the goodput controller's candidates ended until session 24).
+only up to 4 x B0 (where the goodput controller's candidates ended until session 24);
+``causal_blind`` is ``causal`` whose first interval runs the static plan like every controller's
+(``causal`` splits it by the true hardware speeds): what perfect measurement of the past reaches.
 Seed s fixes the world (hardware factors unless --speeds, fluctuation offsets, measurement noise);
 every controller and the oracle run in the same world for a given seed (paired comparison).
 OUT.json: {"workload", "workers", "target_metric", "controllers": {NAME: {"time_to_target_s":
@@ -39,7 +41,8 @@ from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import build_throughput
 from dynamix_hvd.traces import DATA_DIR, load_pollux
 
-CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal4", "causal_safe", "hindsight")
+CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe",
+               "hindsight")
 
 
 def resolve_workload(spec: str) -> Path:
@@ -180,9 +183,9 @@ def run_one(sim: ReplaySim, name: str, seed: int, limits: bool = True) -> dict[s
         return run_hindsight(sim, seed)
     if name == "causal_safe":
         return run_causal_safe(sim, seed)
-    if name in ("causal", "causal4"):
+    if name in ("causal", "causal4", "causal_blind"):
         from dynamix_hvd.controllers.goodput import SCALES
-        return run_causal(sim, seed, max_scale=SCALES[-1] if name == "causal4" else None)
+        return run_causal(sim, seed, max_scale=SCALES[-1] if name == "causal4" else None, blind=name == "causal_blind")
     return run_controller(sim, name, seed, limits=limits)
 
 

@@ -120,3 +120,32 @@ def test_the_causal_oracle_behind_the_safety_layer_moves_as_a_controller_may():
     # jumps to the largest batch at once)
     assert (sched[:4] == sim.B0).all() and run_causal(sim, 0)["schedule"][0] > 4 * sim.B0
     assert r["time_to_target_s"] > run_causal(sim, 0)["time_to_target_s"]
+
+
+def test_the_blind_causal_oracle_runs_the_static_plan_first():
+    # causal_blind knows nothing before its first interval (the static plan, as every controller);
+    # causal splits that interval by the true hardware speeds
+    from dynamix_hvd.replay import oracle
+    world = make_world("cifar10", "none", 4, speeds=[1, 1, 2, 4])
+    sim = world.sim
+    sim.reset(0)
+    assert np.allclose(oracle.last_interval_multipliers(sim, blind=True), 1.0)
+    assert np.allclose(oracle.last_interval_multipliers(sim), sim.hw)
+    first = []
+    real = sim.run_interval
+
+    def spy(b):
+        if not first:
+            first.append(np.array(b))
+        return real(b)
+
+    sim.run_interval = spy
+    try:
+        r = oracle.run_causal(sim, 0, blind=True)
+        assert r["found_by"] == "causal_blind" and np.ptp(first[0]) <= 1      # an even first split
+        first.clear()
+        t = oracle.run_causal(sim, 0)["time_to_target_s"]
+        assert first[0][3] < first[0][0]                                      # the 4x slower rank gets less
+    finally:
+        del sim.run_interval
+    assert t < r["time_to_target_s"]
