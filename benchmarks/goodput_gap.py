@@ -29,6 +29,12 @@ the median time to target per workload relative to plain goodput:
   safety layer are what is left between it and ``causal_safe``;
 * ``nofit`` / ``nofitMODE`` (e.g. ``nofitprobe10``): goodput (or MODE) with its overlap fit
   (``perfmodel.fit_overlap``, session 31) switched off: the overlap read off the last interval;
+* ``lookH`` (e.g. ``look10``): goodput with the noise scale it reads carried forward along its own
+  recent growth: a least-squares slope of log phi against the samples processed over the last 8
+  stable estimates, applied over H decisions at the last interval's samples (factor clipped to
+  [1/2, 4]); a batch change is held for tens of decisions, so the noise scale that matters is the
+  one the job will have, and the efficiency model's error grows with that growth
+  (``benchmarks/efficiency_error.py``);
 * ``causal4``: the causal oracle within goodput's global-batch range (true curves, last
   interval's speeds).
 
@@ -118,6 +124,37 @@ def _run_probing(sim, seed: int, every: int, scale: float = 1.6, gate: float = 0
     return sim.time if sim.reached else None
 
 
+def _run_lookahead(sim, seed: int, horizon: float, points: int = 8) -> float | None:
+    import dataclasses
+    import dynamix_hvd.controllers.goodput as gmod
+    from dynamix_hvd.replay.runner import run_controller
+    orig = gmod.GoodputController.choose
+    hist: list[tuple[float, float]] = []
+    last = {"step": 0, "samples": 0.0, "d": 0.0}
+
+    def choose(self, state, incumbent=None):
+        g = state.glob
+        steps = int(g.step) - last["step"]
+        d = steps * float(sum(state.plan.batch_sizes))
+        last["step"], last["samples"], last["d"] = int(g.step), last["samples"] + d, d
+        phi = float(g.noise_scale)
+        if bool(g.noise_scale_stable) and math.isfinite(phi) and phi > 0:
+            hist.append((last["samples"], math.log(phi)))
+            del hist[:-points]
+            if len(hist) >= 4:
+                x, y = np.array(hist).T
+                if np.ptp(x) > 0:
+                    slope = float(np.polyfit(x, y, 1)[0])
+                    f = float(np.clip(math.exp(slope * horizon * last["d"]), 0.5, 4.0))
+                    state = dataclasses.replace(state, glob=dataclasses.replace(g, noise_scale=phi * f))
+        return orig(self, state, incumbent)
+    gmod.GoodputController.choose = choose
+    try:
+        return run_controller(sim, "goodput", seed)["time_to_target_s"]
+    finally:
+        gmod.GoodputController.choose = orig
+
+
 def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
     from dynamix_hvd.replay.runner import run_controller, run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
@@ -165,6 +202,8 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             t = run_controller(sim, "goodput", seed)["time_to_target_s"]
         finally:
             gmod.efficiency_array, gmod.GoodputController.predict = orig, orig_predict
+    elif mode.startswith("look"):      # lookH: the noise scale carried forward along its recent growth
+        t = _run_lookahead(sim, seed, float(mode[4:]))
     elif mode.startswith("phi"):       # phiC: goodput's efficiency model with the noise scale x C
         import dynamix_hvd.controllers.goodput as gmod
         from dynamix_hvd.perfmodel import efficiency_array
