@@ -180,9 +180,10 @@ def run_causal(sim: ReplaySim, seed: int, max_scale: float | None = None, max_de
     percent. ``max_scale``: only global batches up to this many times B0 (``causal4``: 4 x B0,
     where the goodput controller's candidates ended until session 24; they now run up to the
     bounds, ``goodput.candidate_scales``), to tell what the range of global batches is worth
-    from what the model is. ``blind`` (``causal_blind``): the first interval runs the static plan,
-    as every controller's does, instead of a split by the true hardware speeds: the bound for a
-    controller that measures perfectly but only what has happened."""
+    from what the model is. ``blind`` (``causal_blind``): the first interval is split evenly (no
+    speed measured yet: at B0 that is the static plan every controller starts from) instead of by
+    the true hardware speeds: the bound for a controller that measures perfectly but only what has
+    happened."""
     sim.reset(seed)
     cands = candidate_batches(sim)
     if max_scale is not None:

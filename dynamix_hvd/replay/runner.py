@@ -12,7 +12,7 @@ goodput's gap to ``hindsight`` that a controller could close; ``causal_safe`` th
 safety layer's limits on the global batch (what a controller with a perfect workload model could
 close under the product's safety rules); ``causal4`` the same with global batches
 only up to 4 x B0 (where the goodput controller's candidates ended until session 24);
-``causal_blind`` is ``causal`` whose first interval runs the static plan like every controller's
+``causal_blind`` is ``causal`` whose first interval is split evenly, as every controller's is
 (``causal`` splits it by the true hardware speeds): what perfect measurement of the past reaches.
 Seed s fixes the world (hardware factors unless --speeds, fluctuation offsets, measurement noise);
 every controller and the oracle run in the same world for a given seed (paired comparison).
