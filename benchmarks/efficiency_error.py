@@ -21,12 +21,9 @@ from collections import defaultdict
 import numpy as np
 
 from dynamix_hvd.replay.progress import build_progress
-from dynamix_hvd.traces import load_pollux, shipped_workload
+from dynamix_hvd.replay.runner import resolve_workload
+from dynamix_hvd.traces import load_pollux
 from dynamix_hvd.traces.pollux import PolluxWorkload
-
-
-def _load(w: str) -> PolluxWorkload:
-    return load_pollux(w if "/" in w else shipped_workload(w))
 
 
 def rows_for(name: str, wl: PolluxWorkload) -> list[tuple]:
@@ -49,7 +46,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="bert,cifar10,deepspeech2,ncf")
     a = ap.parse_args()
-    rows = [r for w in a.workloads.split(",") for r in rows_for(w.rstrip("/").split("/")[-1], _load(w))]
+    rows = [r for w in a.workloads.split(",") for r in rows_for(w.rstrip("/").split("/")[-1], load_pollux(resolve_workload(w)))]
     print(f"{'workload':12s} {'B':>6s} {'B2':>6s} k  E(B2)/E(B) measured  model  log(meas/model)  log(phi/B)  dlog(phi)")
     for r in rows:
         print(f"{r[0]:12s} {r[1]:6d} {r[2]:6d} {r[3]}  {r[4]:19.3f}  {r[5]:5.3f}  {r[6]:15.3f}  {r[7]:10.2f}  {r[8]:9.2f}")

@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-from dynamix_hvd.traces import load_pollux, shipped_workload
+from dynamix_hvd.replay.runner import resolve_workload
+from dynamix_hvd.traces import load_pollux
 
 
 def epochs_needed(metric: np.ndarray, rel_se: float = 0.05) -> tuple[float, float, float]:
@@ -43,7 +44,7 @@ def main() -> None:
     a = ap.parse_args()
     print(f"{'workload':12s} {'B':>6s} {'epochs':>6s} {'sigma':>9s} {'r/epoch':>9s} {'needed':>7s} {'needed/run':>10s}")
     for w in a.workloads.split(","):
-        wl = load_pollux(w if "/" in w else shipped_workload(w))
+        wl = load_pollux(resolve_workload(w))
         name = w.rstrip("/").split("/")[-1]
         fr = []
         for c in wl.curves:
