@@ -135,15 +135,16 @@ def summarise(cells: list[dict[str, Any]], label: str) -> dict[str, Any]:
 
 def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[int], seeds: Sequence[int],
              policies: dict[str, str], loo: dict[str, str], jobs: int = 1, cache_path: str | None = None,
-             verbose: bool = True, baselines: bool = True, reverse: bool = False) -> dict[str, Any]:
+             verbose: bool = True, baselines: bool = True, reverse: bool = False,
+             oracles: Sequence[str] = ()) -> dict[str, Any]:
     cache: dict[str, float | None] = {}
     if cache_path and Path(cache_path).is_file():
         cache = json.loads(Path(cache_path).read_text())
     hashes = {p: _file_hash(p) for p in set(policies.values()) | set(loo.values()) if p}
-    ctl_of = {b: b for b in BASELINES}
+    ctl_of = {b: b for b in (*BASELINES, *oracles)}
 
     def name_for(label: str, wl: str) -> str | None:
-        if label in BASELINES:
+        if label in ctl_of:
             return label
         path = loo.get(wl) if label == "loo" else policies[label]
         if label == "loo" and path is None:
@@ -155,7 +156,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
         tag = nm if nm in ctl_of else f"ppo#{_file_hash('')}" if nm == "ppo" else f"ppo#{hashes[nm[4:]]}"
         return f"{wl}|{tr}|{n}|{s}|{tag}"
 
-    labels = list(BASELINES) + list(policies) + (["loo"] if loo else [])
+    labels = list(BASELINES) + [o for o in oracles if o not in BASELINES] + list(policies) + (["loo"] if loo else [])
     tasks = []
     order = (lambda xs: list(xs)[::-1]) if reverse else list
     for wl in order(workloads):
@@ -260,6 +261,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="", help="result JSON")
     p.add_argument("--reverse", action="store_true",
                    help="run the cells in reverse order (a second evaluation sharing the cache meets the first)")
+    p.add_argument("--oracles", default="",
+                   help="comma list of further replay controllers or oracles (dynamix replay's names, e.g. "
+                        "hindsight_safe,causal_blind) evaluated and summarised like the policies")
     p.add_argument("--policies-only", action="store_true",
                    help="run and cache the policies' episodes only (no baselines, no table)")
 
@@ -269,6 +273,12 @@ def run(args: argparse.Namespace) -> int:
         policies = _pairs(args.policy, "--policy") or {"ppo": ""}
         loo = _pairs(args.loo, "--loo")
         workers = [int(x) for x in args.workers.split(",") if x]
+        from dynamix_hvd.replay.runner import CONTROLLERS
+        oracles = [o for o in args.oracles.split(",") if o]
+        bad = [o for o in oracles if o not in CONTROLLERS or o.startswith("ppo")]
+        if bad:
+            raise ValueError(f"--oracles {args.oracles!r}: unknown {bad}; choose from "
+                             f"{[c for c in CONTROLLERS if c not in BASELINES and c != 'ppo']}")
         if args.seeds < 1 or not workers or min(workers) < 1:
             raise ValueError(f"--seeds {args.seeds} / --workers {args.workers}: need >= 1")
     except ValueError as exc:
@@ -277,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     res = evaluate([w for w in args.workloads.split(",") if w], [t for t in args.traces.split(",") if t], workers,
                    seeds, policies, loo, args.jobs, args.cache or None, baselines=not args.policies_only,
-                   reverse=args.reverse)
+                   reverse=args.reverse, oracles=oracles)
     if args.policies_only:
         print(f"cached the policies' episodes in {args.cache} ({res['wall_s']:.0f} s)")
         return 0

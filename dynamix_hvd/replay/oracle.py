@@ -246,6 +246,75 @@ def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> 
             "decisions": len(schedule), "found_by": "causal_safe"}
 
 
+def _safe_episode(sim: ReplaySim, seed: int, grid: np.ndarray, limits: MoveLimits, n_exact: int,
+                  toward: int | None, max_decisions: int) -> tuple[float, list[int]]:
+    """One episode behind the safety layer's global rules, splitting every interval by the coming
+    interval's true speeds (hindsight). ``toward=None``: per interval the ``n_exact`` best safe
+    candidates by the true curves are run exactly and the best committed; ``toward=B``: the safe
+    candidate nearest B (log scale), i.e. grow or shrink to B as fast as the rules let and hold it."""
+    sim.reset(seed)
+    K = sim.interval_steps
+    B_cur = float(sim.B0)
+    schedule: list[int] = []
+    hi = float(grid.max())
+    while not sim.done and sim.decisions < max_decisions:
+        cands = safe_candidates(grid, B_cur, bool(sim.gns.stable), float(sim.gns.growth_room), hi, limits)
+        h = _multipliers(sim, sim.t, K)
+        T, cont = _equal_time(sim, h, cands)
+        if toward is None:
+            est = _estimates(sim, cands, sim.pm.cum_for(cands.astype(float)), T)
+            order = list(np.argsort(-est)[:n_exact]) if cands.size > 1 else [0]
+        else:
+            order = [int(np.argmin(np.abs(np.log(cands / float(toward)))))]
+        best_iv, best_b, best_s = None, None, -math.inf
+        for m in order:
+            b = integer_split(sim, h, int(cands[m]), cont[m])
+            iv = sim.run_interval(b)
+            sc = float(_score(np.array(iv.reached), np.array(iv.elapsed), np.array((iv.new_progress - sim.P) / iv.elapsed)))
+            if sc > best_s:
+                best_iv, best_b, best_s = iv, b, sc
+        sim.commit(best_iv)
+        sim.observe(best_b, best_iv)
+        B_cur = float(best_b.sum())
+        schedule.append(int(B_cur))
+    return (sim.time if sim.reached else math.inf), schedule
+
+
+def run_hindsight_safe(sim: ReplaySim, seed: int, n_ramps: int = 6, max_decisions: int = 200_000) -> dict[str, Any]:
+    """The hindsight oracle behind the safety layer's global rules (``safety.global_range`` with
+    the default ``MoveLimits``: 1.5x per decision, held or grown only within the noise-scale
+    estimate's lower bound while that estimate, fed by the same simulated measurements, is
+    unstable): the true curves and the *coming* interval's true speeds, so the fastest any
+    controller running behind those rules could be, whatever it knew or learned. Fastest of: the
+    greedy schedule (``N_EXACT`` safe candidates run exactly per interval), ``n_ramps`` schedules
+    that go to one global batch as fast as the rules let and hold it (the batches with the least
+    time to target at the start's speeds), and ``causal_safe``. Per-rank limits are not applied
+    (optimistic). Greedy and constant searches are not a proof of optimality: it is the best
+    schedule found, as ``run_hindsight``'s is."""
+    lim = MoveLimits()
+    sim.reset(seed)
+    grid = candidate_batches(sim)
+    runs: list[tuple[float, list[int], str]] = []
+    t, sched = _safe_episode(sim, seed, grid, lim, N_EXACT, None, max_decisions)
+    runs.append((t, sched, "greedy"))
+    if n_ramps > 0:
+        sim.reset(seed)
+        cumC = sim.pm.cum_for(grid.astype(float))
+        T, _ = _equal_time(sim, sim.hw.astype(float), grid)
+        with np.errstate(invalid="ignore"):
+            est = np.ceil(cumC[:, -1] / grid) * T
+        for m in np.argsort(est)[:n_ramps]:
+            if math.isfinite(est[m]):
+                t, sched = _safe_episode(sim, seed, grid, lim, 1, int(grid[m]), max_decisions)
+                runs.append((t, sched, f"ramp to B={int(grid[m])}"))
+    cs = run_causal_safe(sim, seed, max_decisions)
+    runs.append((cs["time_to_target_s"] if cs["time_to_target_s"] is not None else math.inf, cs["schedule"], "causal_safe"))
+    best_t, best_sched, found = min(runs, key=lambda r: r[0])
+    sim.time, sim.reached = best_t, math.isfinite(best_t)
+    return {"time_to_target_s": best_t if math.isfinite(best_t) else None, "schedule": best_sched,
+            "decisions": len(best_sched), "found_by": found}
+
+
 def run_hindsight(sim: ReplaySim, seed: int, n_constant: int = N_CONSTANT,
                   max_decisions: int = 200_000) -> dict[str, Any]:
     """Run the oracle on ``seed``: the greedy schedule and the ``n_constant`` most promising

@@ -34,14 +34,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from dynamix_hvd.plan import Plan
-from dynamix_hvd.replay.oracle import run_causal, run_causal_safe, run_hindsight
+from dynamix_hvd.replay.oracle import run_causal, run_causal_safe, run_hindsight, run_hindsight_safe
 from dynamix_hvd.replay.progress import build_progress
 from dynamix_hvd.replay.sim import ReplaySim
 from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import build_throughput
 from dynamix_hvd.traces import DATA_DIR, load_pollux
 
-CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe",
+CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe", "hindsight_safe",
                "hindsight")
 
 
@@ -183,6 +183,8 @@ def run_one(sim: ReplaySim, name: str, seed: int, limits: bool = True) -> dict[s
         return run_hindsight(sim, seed)
     if name == "causal_safe":
         return run_causal_safe(sim, seed)
+    if name == "hindsight_safe":
+        return run_hindsight_safe(sim, seed)
     if name in ("causal", "causal4", "causal_blind"):
         from dynamix_hvd.controllers.goodput import SCALES
         return run_causal(sim, seed, max_scale=SCALES[-1] if name == "causal4" else None, blind=name == "causal_blind")

@@ -23,3 +23,23 @@ def test_concurrent_writers_lose_no_episode(tmp_path):
     assert len(got) == 240, f"{240 - len(got)} of 240 cached episodes lost"
     assert got["c|59"] == 59.0
     assert not list(tmp_path.glob("cache.tmp*"))
+
+
+def test_oracles_are_evaluated_and_summarised_like_policies(tmp_path, capsys):
+    # eval-replay --oracles hindsight_safe: a column per cell and the statistics, from the
+    # same cache as the baselines; an unknown name is refused, naming it
+    import argparse
+
+    from dynamix_hvd.agent import replay_eval
+    p = argparse.ArgumentParser()
+    replay_eval.add_arguments(p)
+    cache = tmp_path / "c.json"
+    args = p.parse_args(["--workloads", "ncf", "--traces", "none", "--workers", "4", "--seeds", "1", "--jobs", "1",
+                         "--cache", str(cache), "--oracles", "hindsight_safe"])
+    assert replay_eval.run(args) == 0
+    out = capsys.readouterr().out
+    assert "hindsight_safe: cells 1, geomean hindsight_safe/goodput" in out
+    assert any(k.endswith("|hindsight_safe") for k in json.loads(cache.read_text()))
+    bad = p.parse_args(["--oracles", "hindsight_saf", "--cache", ""])
+    assert replay_eval.run(bad) == 2
+    assert "'hindsight_saf'" in capsys.readouterr().out

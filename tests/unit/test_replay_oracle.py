@@ -149,3 +149,22 @@ def test_the_blind_causal_oracle_runs_the_static_plan_first():
     finally:
         del sim.run_interval
     assert t < r["time_to_target_s"]
+
+
+def test_the_hindsight_oracle_behind_the_safety_layer_moves_as_a_controller_may():
+    # every schedule it searches (greedy on the coming interval's speeds, ramps to one batch)
+    # moves the global batch only as the safety layer lets a controller: 1.5x per decision, held
+    # while the noise-scale estimate is unstable; it is never slower than causal_safe (one of them)
+    from dynamix_hvd.replay.oracle import MoveLimits, _safe_episode, run_causal_safe, run_hindsight_safe
+    world = make_world("ncf", "job_3_norm", 8)
+    sim = world.sim
+    grid = candidate_batches(sim)
+    for toward in (None, int(grid.max())):
+        t, sched = _safe_episode(sim, 1, grid, MoveLimits(), 3, toward, 10_000)
+        s = np.array([sim.B0] + sched, dtype=float)
+        step = s[1:] / s[:-1]
+        assert np.isfinite(t) and step.max() <= 1.5 + 1e-3 and step.min() >= 1 / 1.5 - 1e-3
+        assert (s[:4] == sim.B0).all()
+    r = run_hindsight_safe(sim, 1)
+    assert r["time_to_target_s"] <= run_causal_safe(sim, 1)["time_to_target_s"] + 1e-9
+    assert r["time_to_target_s"] > run_hindsight(sim, 1)["time_to_target_s"]
