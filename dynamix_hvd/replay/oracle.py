@@ -22,6 +22,7 @@ checks that it is never slower than any controller on any tested seed.
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -280,7 +281,75 @@ def _safe_episode(sim: ReplaySim, seed: int, grid: np.ndarray, limits: MoveLimit
     return (sim.time if sim.reached else math.inf), schedule
 
 
-def run_hindsight_safe(sim: ReplaySim, seed: int, n_ramps: int = 6, max_decisions: int = 200_000) -> dict[str, Any]:
+def _snapshot(sim: ReplaySim) -> tuple:
+    """Everything ``commit`` and ``observe`` change (the beam search's restore point)."""
+    return (sim.P, sim.t, sim.time, sim.decisions, sim.reached, copy.deepcopy(sim.gns),
+            copy.deepcopy(sim.noise.bit_generator.state), sim._gap, sim._phi_obs, sim.hw.copy(), sim.link)
+
+
+def _restore(sim: ReplaySim, snap: tuple) -> None:
+    (sim.P, sim.t, sim.time, sim.decisions, sim.reached, gns, rng, sim._gap, sim._phi_obs, hw, sim.link) = snap
+    sim.gns = copy.deepcopy(gns)
+    sim.noise.bit_generator.state = copy.deepcopy(rng)
+    sim.hw = hw.copy()
+
+
+def _time_to_go(sim: ReplaySim, grid: np.ndarray, cumC: np.ndarray) -> float:
+    """Optimistic time still needed from the current state: the best constant global batch at
+    the current hardware speeds, ignoring the move limits (the beam's ranking)."""
+    T, _ = _equal_time(sim, sim.hw.astype(float), grid)
+    s_now = ProgressModel.position(sim.P, cumC)
+    with np.errstate(invalid="ignore"):
+        t = (cumC[:, -1] - s_now) / grid * T
+    t = t[np.isfinite(t)]
+    return float(t.min()) if t.size else math.inf
+
+
+def _beam_safe(sim: ReplaySim, seed: int, grid: np.ndarray, limits: MoveLimits, width: int,
+               max_decisions: int) -> tuple[float, list[int]]:
+    """Beam search behind the safety layer's global rules with the coming interval's true speeds:
+    every state of the beam tries every safe candidate; the ``width`` states with the least time
+    so far plus ``_time_to_go`` (at most two per global batch) go on. Returns the fastest found."""
+    sim.reset(seed)
+    cumC = sim.pm.cum_for(grid.astype(float))
+    hi = float(grid.max())
+    beam: list[tuple[tuple, float, list[int]]] = [(_snapshot(sim), float(sim.B0), [])]
+    best_t, best_sched = math.inf, []
+    for _ in range(max_decisions):
+        children: list[tuple[float, tuple, float, list[int]]] = []
+        for snap, B_cur, sched in beam:
+            _restore(sim, snap)
+            cands = safe_candidates(grid, B_cur, bool(sim.gns.stable), float(sim.gns.growth_room), hi, limits)
+            h = _multipliers(sim, sim.t, sim.interval_steps)
+            _, cont = _equal_time(sim, h, cands)
+            for m in range(cands.size):
+                _restore(sim, snap)
+                b = integer_split(sim, h, int(cands[m]), cont[m])
+                iv = sim.run_interval(b)
+                sim.commit(iv)
+                sim.observe(b, iv)
+                if sim.reached:
+                    if sim.time < best_t:
+                        best_t, best_sched = sim.time, sched + [int(b.sum())]
+                elif not sim.done:
+                    children.append((sim.time + _time_to_go(sim, grid, cumC), _snapshot(sim), float(b.sum()),
+                                     sched + [int(b.sum())]))
+        children = [c for c in children if c[0] < best_t]
+        if not children:
+            break
+        children.sort(key=lambda c: c[0])
+        beam, per_B = [], {}
+        for est, snap, B, sched in children:
+            if per_B.get(B, 0) < 2:
+                per_B[B] = per_B.get(B, 0) + 1
+                beam.append((snap, B, sched))
+                if len(beam) >= width:
+                    break
+    return best_t, best_sched
+
+
+def run_hindsight_safe(sim: ReplaySim, seed: int, n_ramps: int = 6, max_decisions: int = 200_000,
+                       beam: int = 0) -> dict[str, Any]:
     """The hindsight oracle behind the safety layer's global rules (``safety.global_range`` with
     the default ``MoveLimits``: 1.5x per decision, held or grown only within the noise-scale
     estimate's lower bound while that estimate, fed by the same simulated measurements, is
@@ -290,7 +359,9 @@ def run_hindsight_safe(sim: ReplaySim, seed: int, n_ramps: int = 6, max_decision
     that go to one global batch as fast as the rules let and hold it (the batches with the least
     time to target at the start's speeds), and ``causal_safe``. Per-rank limits are not applied
     (optimistic). Greedy and constant searches are not a proof of optimality: it is the best
-    schedule found, as ``run_hindsight``'s is."""
+    schedule found, as ``run_hindsight``'s is. ``beam`` > 0 (``hindsight_safe_beam``): also a beam
+    search of that width over every safe candidate at every decision (``_beam_safe``; slow on long
+    runs, tens of decisions are cheap)."""
     lim = MoveLimits()
     sim.reset(seed)
     grid = candidate_batches(sim)
@@ -307,6 +378,9 @@ def run_hindsight_safe(sim: ReplaySim, seed: int, n_ramps: int = 6, max_decision
             if math.isfinite(est[m]):
                 t, sched = _safe_episode(sim, seed, grid, lim, 1, int(grid[m]), max_decisions)
                 runs.append((t, sched, f"ramp to B={int(grid[m])}"))
+    if beam > 0:
+        t, sched = _beam_safe(sim, seed, grid, lim, beam, max_decisions)
+        runs.append((t, sched, f"beam {beam}"))
     cs = run_causal_safe(sim, seed, max_decisions)
     runs.append((cs["time_to_target_s"] if cs["time_to_target_s"] is not None else math.inf, cs["schedule"], "causal_safe"))
     best_t, best_sched, found = min(runs, key=lambda r: r[0])

@@ -41,7 +41,7 @@ from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import build_throughput
 from dynamix_hvd.traces import DATA_DIR, load_pollux
 
-CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe", "hindsight_safe",
+CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe", "hindsight_safe", "hindsight_safe_beam",
                "hindsight")
 
 
@@ -183,8 +183,8 @@ def run_one(sim: ReplaySim, name: str, seed: int, limits: bool = True) -> dict[s
         return run_hindsight(sim, seed)
     if name == "causal_safe":
         return run_causal_safe(sim, seed)
-    if name == "hindsight_safe":
-        return run_hindsight_safe(sim, seed)
+    if name in ("hindsight_safe", "hindsight_safe_beam"):
+        return run_hindsight_safe(sim, seed, beam=64 if name.endswith("beam") else 0)
     if name in ("causal", "causal4", "causal_blind"):
         from dynamix_hvd.controllers.goodput import SCALES
         return run_causal(sim, seed, max_scale=SCALES[-1] if name == "causal4" else None, blind=name == "causal_blind")

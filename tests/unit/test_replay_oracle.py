@@ -168,3 +168,25 @@ def test_the_hindsight_oracle_behind_the_safety_layer_moves_as_a_controller_may(
     r = run_hindsight_safe(sim, 1)
     assert r["time_to_target_s"] <= run_causal_safe(sim, 1)["time_to_target_s"] + 1e-9
     assert r["time_to_target_s"] > run_hindsight(sim, 1)["time_to_target_s"]
+
+
+def test_the_beam_search_behind_the_safety_layer_restores_exactly_and_moves_as_a_controller_may():
+    from dynamix_hvd.replay.oracle import MoveLimits, _beam_safe, _restore, _snapshot
+    world = make_world("ncf", "none", 8)
+    sim = world.sim
+    sim.reset(2)
+    b = np.full(sim.n, sim.base_batch)
+    snap = _snapshot(sim)
+    outs = []
+    for _ in range(2):           # the same interval from the same snapshot: the same observation
+        _restore(sim, snap)
+        iv = sim.run_interval(b)
+        sim.commit(iv)
+        outs.append((sim.P, sim.time, sim.observe(b, iv)["noise_scale"], sim.gns.updates))
+    assert outs[0] == outs[1] and outs[0][3] == 1
+    grid = candidate_batches(sim)
+    t, sched = _beam_safe(sim, 2, grid, MoveLimits(), 4, 10_000)
+    s = np.array([sim.B0] + sched, dtype=float)
+    # within 1.5x either way, to the sample the rounding of the limit adds
+    assert np.isfinite(t) and (s[1:] <= 1.5 * s[:-1] + 1).all() and (s[1:] >= s[:-1] / 1.5 - 1).all()
+    assert (s[:4] == sim.B0).all()
