@@ -24,6 +24,9 @@ the median time to target per workload relative to plain goodput:
   could give goodput's decision rule;
 * ``trueT``: goodput's efficiency model, but every candidate's step time and split the true ones
   at the speeds of the interval that has just ended;
+* ``trueTB``: goodput's own splits (its model, its evidence gate), each timed by the truth at the
+  speeds of the interval that has just ended: what the throughput model costs the choice of the
+  global batch alone (``trueT`` also takes the true equal-time split);
 * ``trueET``: as ``trueE``, and every candidate's step time and split are the true ones at the
   speeds of the interval that has just ended (the causal oracle's): goodput's gates, grid and the
   safety layer are what is left between it and ``causal_safe``;
@@ -173,6 +176,23 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
         t = _run_probing(sim, seed, int(every), gate=float(g) if g else 0.0)
     elif mode.startswith("scale"):     # scaleS: PPO's action space, global scale S at every decision
         t = _run_scaled(sim, seed, float(mode[5:]))
+    elif mode == "trueTB":      # goodput's own splits, each timed by the truth (the B choice's model only)
+        import dynamix_hvd.controllers.goodput as gmod
+        from dynamix_hvd.replay.oracle import last_interval_multipliers
+        orig_predict = gmod.GoodputController.predict
+
+        def split_timed_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares=None):
+            _, b = orig_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares)
+            h = last_interval_multipliers(sim)
+            bi = np.clip(np.round(b), 1, sim.tp.cap)
+            T = np.array([float(sim.tp.rank_times(h, row.astype(np.int64), sim.link).max()) for row in bi])
+            B = b.sum(axis=1)
+            return B / T * gmod.efficiency_array(B, b_ref, phi), b
+        gmod.GoodputController.predict = split_timed_predict
+        try:
+            t = run_controller(sim, "goodput", seed)["time_to_target_s"]
+        finally:
+            gmod.GoodputController.predict = orig_predict
     elif mode in ("trueE", "trueEnohold", "trueET", "trueT"):
         import dynamix_hvd.controllers.goodput as gmod
         from dynamix_hvd.replay.oracle import _equal_time, last_interval_multipliers
