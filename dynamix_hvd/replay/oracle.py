@@ -138,6 +138,20 @@ def causal_scores(sim: ReplaySim, cands: np.ndarray) -> tuple[np.ndarray, np.nda
     return _estimates(sim, cands, sim.pm.cum_for(cands.astype(float)), T), cont
 
 
+def _run_best(sim: ReplaySim, h: np.ndarray, cands: np.ndarray, cont: np.ndarray,
+              order: list[int]) -> tuple[Any, np.ndarray]:
+    """Run each of the candidates ``order`` exactly from the current state (integer split at
+    multipliers ``h``, not committed); the best by ``_score`` and its local batches."""
+    best_iv, best_b, best_s = None, None, -math.inf
+    for m in order:
+        b = integer_split(sim, h, int(cands[m]), cont[m])
+        iv = sim.run_interval(b)
+        sc = float(_score(np.array(iv.reached), np.array(iv.elapsed), np.array((iv.new_progress - sim.P) / iv.elapsed)))
+        if sc > best_s:
+            best_iv, best_b, best_s = iv, b, sc
+    return best_iv, best_b
+
+
 def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_exact: int,
              max_decisions: int, causal: bool = False, blind: bool = False) -> tuple[float, list[int]]:
     """One oracle episode over ``cands``: per interval the best of the ``n_exact`` best-estimated
@@ -157,13 +171,7 @@ def _episode(sim: ReplaySim, seed: int, cands: np.ndarray, cumC: np.ndarray, n_e
             h = _multipliers(sim, sim.t, K)
         T, cont = _equal_time(sim, h, cands)
         order = list(np.argsort(-_estimates(sim, cands, cumC, T))[:n_exact]) if cands.size > 1 else [0]
-        best_iv, best_b, best_s = None, None, -math.inf
-        for m in order:
-            b = integer_split(sim, h, int(cands[m]), cont[m])
-            iv = sim.run_interval(b)
-            sc = float(_score(np.array(iv.reached), np.array(iv.elapsed), np.array((iv.new_progress - sim.P) / iv.elapsed)))
-            if sc > best_s:
-                best_iv, best_b, best_s = iv, b, sc
+        best_iv, best_b = _run_best(sim, h, cands, cont, order)
         sim.commit(best_iv)
         schedule.append(int(best_b.sum()))
     return (sim.time if sim.reached else math.inf), schedule
@@ -267,13 +275,7 @@ def _safe_episode(sim: ReplaySim, seed: int, grid: np.ndarray, limits: MoveLimit
             order = list(np.argsort(-est)[:n_exact]) if cands.size > 1 else [0]
         else:
             order = [int(np.argmin(np.abs(np.log(cands / float(toward)))))]
-        best_iv, best_b, best_s = None, None, -math.inf
-        for m in order:
-            b = integer_split(sim, h, int(cands[m]), cont[m])
-            iv = sim.run_interval(b)
-            sc = float(_score(np.array(iv.reached), np.array(iv.elapsed), np.array((iv.new_progress - sim.P) / iv.elapsed)))
-            if sc > best_s:
-                best_iv, best_b, best_s = iv, b, sc
+        best_iv, best_b = _run_best(sim, h, cands, cont, order)
         sim.commit(best_iv)
         sim.observe(best_b, best_iv)
         B_cur = float(best_b.sum())
