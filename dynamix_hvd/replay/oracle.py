@@ -286,11 +286,13 @@ def _safe_episode(sim: ReplaySim, seed: int, grid: np.ndarray, limits: MoveLimit
 def _snapshot(sim: ReplaySim) -> tuple:
     """Everything ``commit`` and ``observe`` change (the beam search's restore point)."""
     return (sim.P, sim.t, sim.time, sim.decisions, sim.reached, copy.deepcopy(sim.gns),
-            copy.deepcopy(sim.noise.bit_generator.state), sim._gap, sim._phi_obs, sim.hw.copy(), sim.link)
+            copy.deepcopy(sim.noise.bit_generator.state), sim._gap, sim._phi_obs, sim.hw.copy(), sim.link,
+            sim._log_phi, sim._P_start)
 
 
 def _restore(sim: ReplaySim, snap: tuple) -> None:
-    (sim.P, sim.t, sim.time, sim.decisions, sim.reached, gns, rng, sim._gap, sim._phi_obs, hw, sim.link) = snap
+    (sim.P, sim.t, sim.time, sim.decisions, sim.reached, gns, rng, sim._gap, sim._phi_obs, hw, sim.link,
+     sim._log_phi, sim._P_start) = snap
     sim.gns = copy.deepcopy(gns)
     sim.noise.bit_generator.state = copy.deepcopy(rng)
     sim.hw = hw.copy()

@@ -36,7 +36,7 @@ import numpy as np
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.replay.oracle import run_causal, run_causal_safe, run_hindsight, run_hindsight_safe
 from dynamix_hvd.replay.progress import build_progress
-from dynamix_hvd.replay.sim import ReplaySim
+from dynamix_hvd.replay.sim import GNS_MODELS, ReplaySim
 from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import build_throughput
 from dynamix_hvd.traces import DATA_DIR, load_pollux
@@ -75,14 +75,14 @@ class World:
 
 def make_world(workload: str, speed_trace: str, n: int, speeds: Sequence[float] | None = None,
                target: float | None = None, interval_steps: int | None = None,
-               base_batch: int | None = None) -> World:
+               base_batch: int | None = None, gns_model: str = "run") -> World:
     if not 1 <= n:
         raise ValueError(f"--workers {n}: must be >= 1")
     wl = load_pollux(resolve_workload(workload))
     pm = build_progress(wl, target)
     tp = build_throughput(wl.throughput, n)
     tr = load_speed_trace(resolve_trace(speed_trace))
-    return World(wl.name, ReplaySim(pm, tp, tr, n, speeds, interval_steps, base_batch), tr)
+    return World(wl.name, ReplaySim(pm, tp, tr, n, speeds, interval_steps, base_batch, gns_model=gns_model), tr)
 
 
 def make_scenario_world(workload: str, scenario: str, target: float | None = None,
@@ -207,7 +207,7 @@ def replay(world: World, controllers: Sequence[str], seeds: Sequence[int]) -> di
     pm = sim.pm
     extra = {"scenario": sim.scenario_info} if sim.scenario_info else {}
     return {"workload": world.name, "workers": sim.n, "target_metric": pm.target, "controllers": res, **extra,
-            "settings": {"speed_trace": world.trace.label, "seeds": list(seeds), "metric_increases": pm.increasing,
+            "settings": {"speed_trace": world.trace.label, "gns_model": sim.gns_model, "seeds": list(seeds), "metric_increases": pm.increasing,
                          "start_metric": pm.start, "base_batch": sim.base_batch, "interval_steps": sim.interval_steps,
                          "bounds": {"min_global_batch": sim.bounds().min_global_batch,
                                     "max_global_batch": sim.bounds().max_global_batch, "max_local_batch": sim.tp.cap}}}
@@ -239,6 +239,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=float, default=None, help="target metric (default: derived from the curves)")
     p.add_argument("--interval-steps", type=int, default=None, help="steps per decision (default: auto)")
     p.add_argument("--base-batch", type=int, default=None, help="per-rank batch of the static plan (default: auto)")
+    p.add_argument("--gns-model", default="run", choices=GNS_MODELS,
+                   help="the noise scale the job measures: 'run' (the run measured at the batch running, as the "
+                        "Pollux artifact's simulator; it jumps when the batch changes) or 'continuous' (its level "
+                        "carries over a batch change, its trend follows the running batch's run); not with --scenario")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -253,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
                                     ("--speeds", args.speeds)) if v is not None]
             if given:
                 raise ValueError(f"{', '.join(given)}: not with --scenario (the scenario sets them)")
+            if args.gns_model != "run":
+                raise ValueError(f"--gns-model {args.gns_model}: not with --scenario (its captured workload is replayed as run)")
             if args.time_scale != "auto":
                 try:
                     ts = float(args.time_scale)
@@ -267,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
             if missing:
                 raise ValueError(f"{', '.join(missing)}: required (or give --scenario)")
             world = make_world(args.workload, args.speed_trace, args.workers, speeds, args.target,
-                               args.interval_steps, args.base_batch)
+                               args.interval_steps, args.base_batch, args.gns_model)
     except ValueError as exc:      # TraceError and ScenarioError are ValueErrors
         print(f"dynamix replay: {exc}")
         return 2

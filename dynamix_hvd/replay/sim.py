@@ -73,11 +73,14 @@ class Interval:
     link: Link = NO_LINK    # the links over the interval (step-weighted mean; a scenario's links)
 
 
+GNS_MODELS = ("run", "continuous")     # ReplaySim(gns_model=...): how the measured noise scale moves
+
+
 class ReplaySim:
     def __init__(self, progress: ProgressModel, tp: ThroughputModel, trace: SpeedTrace, n: int,
                  speeds: Sequence[float] | None = None, interval_steps: int | None = None,
                  base_batch: int | None = None, budget_factor: float = 20.0, deadband: float = 0.05,
-                 dynamics: Any = None, caps: Sequence[int] | None = None) -> None:
+                 dynamics: Any = None, caps: Sequence[int] | None = None, gns_model: str = "run") -> None:
         self.pm, self.tp, self.trace, self.n = progress, tp, trace, int(n)
         self.max_global_batch: int | None = None   # the live hook's cap (set for a scenario), None: the traces' range
         self.dyn = dynamics      # replay.scenario.ScenarioDynamics: hardware, links, events in time
@@ -98,6 +101,14 @@ class ReplaySim:
         b0 = np.full(self.n, self.base_batch)
         self.interval_steps = self._interval_given or hook_interval(float(tp.rank_times(np.ones(self.n), b0).max()))
         self.budget_factor, self.deadband = float(budget_factor), float(deadband)
+        # the noise scale the job's estimator measures (``observe``): "run" reads the run measured at
+        # the batch running, at the job's progress (as the Pollux artifact's simulator reads its
+        # gradient statistics), so it jumps when the batch changes by the difference between two
+        # separate runs (ncf: up to 5x at one level); "continuous" starts from that and then moves
+        # along the running batch's run, so a batch change changes its trend, not its level
+        if gns_model not in GNS_MODELS:
+            raise ValueError(f"gns_model={gns_model!r}: expected one of {GNS_MODELS}")
+        self.gns_model = gns_model
         self.K = K
         self._raw_template = np.full((self.n, len(RAW_WORKER_FIELDS)), NAN)
         self._raw_template[:, 1] = self.caps
@@ -141,6 +152,8 @@ class ReplaySim:
         self.budget_s = self.budget_factor * self.static_steps * step0
         self._gap = self._gap_at(0.0)
         self._phi_obs = math.nan
+        self._log_phi = math.nan       # the job's true log noise scale ("continuous")
+        self._P_start = 0.0            # progress at the start of the last committed interval
         self.gns = NoiseScaleEstimator()
 
     @property
@@ -204,6 +217,7 @@ class ReplaySim:
 
     def commit(self, iv: Interval) -> None:
         """Make an interval returned by ``run_interval`` (from the current state) happen."""
+        self._P_start = self.P
         self.P, self.t, self.time = iv.new_progress, self.t + iv.steps, self.time + iv.elapsed
         self.reached = iv.reached
         self.decisions += 1
@@ -226,7 +240,7 @@ class ReplaySim:
         raw[:, 5] = sync * mult[2 * n:]
         B = float(b.sum())
         # one noisy per-interval estimate (S relative to |G|^2 = 1) into the live hook's estimator
-        self.gns.update(self.pm.noise_scale(self.P, B) * math.exp(self.pm.gns_sigma * z[-1]), 1.0)
+        self.gns.update(self.true_noise_scale(B) * math.exp(self.pm.gns_sigma * z[-1]), 1.0)
         phi = self.gns.noise_scale
         gap = self._gap_at(self.P)
         trend = gap / self._gap - 1.0 if self._gap > 0 else 0.0
@@ -237,6 +251,18 @@ class ReplaySim:
                 "val_loss_trend": trend + 0.005 * z[-3], "grad_var_trend": gv, "progress": self.P / self.K,
                 "samples_per_s": B * iv.steps / iv.elapsed, "steps": iv.steps, "elapsed": iv.elapsed,
                 "global_batch": B}
+
+    def true_noise_scale(self, B: float) -> float:
+        """The job's true noise scale after the interval just committed at global batch ``B``
+        (``gns_model``); called once per interval, by ``observe``."""
+        now = self.pm.noise_scale(self.P, B)
+        if self.gns_model == "run":
+            return now
+        if not math.isfinite(self._log_phi):
+            self._log_phi = math.log(now)
+        else:
+            self._log_phi += math.log(now) - math.log(self.pm.noise_scale(self._P_start, B))
+        return math.exp(self._log_phi)
 
     def _gap_at(self, P: float) -> float:
         pm = self.pm

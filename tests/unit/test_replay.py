@@ -217,3 +217,35 @@ def test_the_replay_decides_at_the_live_hooks_cadence():
         k = sim.interval_steps
         assert 10 <= k <= 20 and k * step0 >= 0.5 - 1e-9 and (k == 10 or (k - 1) * step0 < 0.5)
     assert make_world("ncf", "none", 8, interval_steps=40).sim.interval_steps == 40
+
+
+def test_continuous_noise_scale_carries_its_level_over_a_batch_change():
+    # gns_model="run" reads the run measured at the batch running (it jumps at a change, ncf's
+    # runs differ up to 5x at one level); "continuous" keeps the level and takes the trend
+    for model in ("run", "continuous"):
+        world = make_world("ncf", "none", 4, gns_model=model)
+        sim = world.sim
+        sim.reset(0)
+        b1 = np.full(sim.n, sim.base_batch)
+        sim.observe(b1, _commit(sim, b1))
+        first = sim._log_phi
+        b2 = 4 * b1
+        P0 = sim.P
+        iv = sim.run_interval(b2)
+        sim.commit(iv)
+        B2 = float(b2.sum())
+        got = sim.true_noise_scale(B2)
+        if model == "run":
+            assert got == pytest.approx(sim.pm.noise_scale(sim.P, B2))
+        else:
+            want = math.exp(first) * sim.pm.noise_scale(sim.P, B2) / sim.pm.noise_scale(P0, B2)
+            assert got == pytest.approx(want, rel=1e-9)
+            assert abs(math.log(got / sim.pm.noise_scale(sim.P, B2))) > 0.1   # not the other run's level
+    with pytest.raises(ValueError, match="gns_model='smooth'"):
+        make_world("ncf", "none", 4, gns_model="smooth")
+
+
+def _commit(sim, b):
+    iv = sim.run_interval(b)
+    sim.commit(iv)
+    return iv
