@@ -46,6 +46,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dynamix_hvd.replay.sim import GNS_MODELS
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
 
 BASELINES = ("static", "proportional", "goodput", "causal4", "causal_safe", "causal", "hindsight")
@@ -64,8 +65,8 @@ def _file_hash(path: str) -> str:
     return hashlib.sha1(Path(f).read_bytes()).hexdigest()[:12] + (f"?{opts}" if opts else "")
 
 
-def _run_task(task: tuple[tuple[str, int, str, str, tuple[int, ...]], list[str], str | None]) -> dict[str, float | None]:
-    (wl, n, trace, ctl, seeds), keys, cache_path = task
+def _run_task(task: tuple[tuple[str, int, str, str, tuple[int, ...], str], list[str], str | None]) -> dict[str, float | None]:
+    (wl, n, trace, ctl, seeds, gns_model), keys, cache_path = task
     from dynamix_hvd.replay.runner import run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
     done: dict = {}
@@ -80,6 +81,7 @@ def _run_task(task: tuple[tuple[str, int, str, str, tuple[int, ...]], list[str],
             out[k] = done[k]
             continue
         sim = build_sim(WorldSpec(wl, n, trace, s))
+        sim.gns_model = gns_model
         out[k] = run_one(sim, ctl, s)["time_to_target_s"]
     return out
 
@@ -136,7 +138,9 @@ def summarise(cells: list[dict[str, Any]], label: str) -> dict[str, Any]:
 def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[int], seeds: Sequence[int],
              policies: dict[str, str], loo: dict[str, str], jobs: int = 1, cache_path: str | None = None,
              verbose: bool = True, baselines: bool = True, reverse: bool = False,
-             oracles: Sequence[str] = ()) -> dict[str, Any]:
+             oracles: Sequence[str] = (), gns_model: str = "run") -> dict[str, Any]:
+    if gns_model not in GNS_MODELS:
+        raise ValueError(f"gns_model={gns_model!r}: expected one of {GNS_MODELS}")
     cache: dict[str, float | None] = {}
     if cache_path and Path(cache_path).is_file():
         cache = json.loads(Path(cache_path).read_text())
@@ -154,7 +158,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
     def key(wl, tr, n, s, label) -> str:
         nm = name_for(label, wl)
         tag = nm if nm in ctl_of else f"ppo#{_file_hash('')}" if nm == "ppo" else f"ppo#{hashes[nm[4:]]}"
-        return f"{wl}|{tr}|{n}|{s}|{tag}"
+        return f"{wl}|{tr}|{n}|{s}|{tag}" + ("" if gns_model == "run" else f"|gns={gns_model}")
 
     labels = list(BASELINES) + [o for o in oracles if o not in BASELINES] + list(policies) + (["loo"] if loo else [])
     tasks = []
@@ -168,7 +172,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
                         continue
                     for s in seeds:      # one episode per task: balanced, and cached as it ends
                         if key(wl, tr, n, s, lb) not in cache:
-                            tasks.append(((wl, n, tr, nm, (s,)), [key(wl, tr, n, s, lb)]))
+                            tasks.append(((wl, n, tr, nm, (s,), gns_model), [key(wl, tr, n, s, lb)]))
     t0 = time.perf_counter()
     if tasks:
         if verbose:
@@ -195,6 +199,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
     summary = {lb: summarise(cells, lb) for lb in labels if lb not in BASELINES}
     room = summarise(cells, ROOM) if any(ROOM in c["median"] for c in cells) else None
     return {"cells": cells, "summary": summary, "room": room, "seeds": list(seeds), "policies": policies, "loo": loo,
+            "gns_model": gns_model,
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
@@ -264,6 +269,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--oracles", default="",
                    help="comma list of further replay controllers or oracles (dynamix replay's names, e.g. "
                         "hindsight_safe,causal_blind) evaluated and summarised like the policies")
+    p.add_argument("--gns-model", default="run", choices=GNS_MODELS,
+                   help="the replay's noise-scale model (dynamix replay --gns-model); cached apart from 'run'")
     p.add_argument("--policies-only", action="store_true",
                    help="run and cache the policies' episodes only (no baselines, no table)")
 
@@ -287,12 +294,12 @@ def run(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     res = evaluate([w for w in args.workloads.split(",") if w], [t for t in args.traces.split(",") if t], workers,
                    seeds, policies, loo, args.jobs, args.cache or None, baselines=not args.policies_only,
-                   reverse=args.reverse, oracles=oracles)
+                   reverse=args.reverse, oracles=oracles, gns_model=args.gns_model)
     if args.policies_only:
         print(f"cached the policies' episodes in {args.cache} ({res['wall_s']:.0f} s)")
         return 0
     print(format_table(res))
-    print(f"\n{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}), {res['wall_s']:.0f} s")
+    print(f"\n{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}), noise-scale model {args.gns_model}, {res['wall_s']:.0f} s")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(res, indent=2))

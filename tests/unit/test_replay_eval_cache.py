@@ -43,3 +43,22 @@ def test_oracles_are_evaluated_and_summarised_like_policies(tmp_path, capsys):
     bad = p.parse_args(["--oracles", "hindsight_saf", "--cache", ""])
     assert replay_eval.run(bad) == 2
     assert "'hindsight_saf'" in capsys.readouterr().out
+
+
+def test_the_noise_scale_model_is_applied_and_cached_apart(tmp_path, capsys):
+    # --gns-model continuous runs every episode in that world (ncf's goodput is faster there:
+    # the measured noise scale no longer jumps at a batch change) and caches it under its own key
+    import argparse
+
+    from dynamix_hvd.agent import replay_eval
+    p = argparse.ArgumentParser()
+    replay_eval.add_arguments(p)
+    cache = tmp_path / "c.json"
+    for model in ("run", "continuous"):
+        args = p.parse_args(["--workloads", "ncf", "--traces", "none", "--workers", "4", "--seeds", "1", "--jobs", "1",
+                             "--cache", str(cache), "--gns-model", model])
+        assert replay_eval.run(args) == 0
+    assert "noise-scale model continuous" in capsys.readouterr().out
+    got = json.loads(cache.read_text())
+    run, cont = got["ncf|none|4|0|goodput"], got["ncf|none|4|0|goodput|gns=continuous"]
+    assert cont < 0.97 * run
