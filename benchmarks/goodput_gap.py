@@ -24,6 +24,11 @@ the median time to target per workload relative to plain goodput:
   could give goodput's decision rule;
 * ``trueT``: goodput's efficiency model, but every candidate's step time and split the true ones
   at the speeds of the interval that has just ended;
+* ``memT``: goodput's own splits, each rank's compute read off the curve of every (local batch, compute
+  time) the job measured (median per size, linear between sizes, the last slope beyond, scaled to
+  the latest interval's level) instead of the affine fit: a model learned from the job's own
+  history, no exploration (session 33, 4 seeds, trace none: bert 0.996x, cifar10 1.093x,
+  deepspeech2 0.971x, ncf 1.001x goodput: the extrapolation beyond the sizes run decides it);
 * ``trueTB``: goodput's own splits (its model, its evidence gate), each timed by the truth at the
   speeds of the interval that has just ended: what the throughput model costs the choice of the
   global batch alone (``trueT`` also takes the true equal-time split);
@@ -176,6 +181,46 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
         t = _run_probing(sim, seed, int(every), gate=float(g) if g else 0.0)
     elif mode.startswith("scale"):     # scaleS: PPO's action space, global scale S at every decision
         t = _run_scaled(sim, seed, float(mode[5:]))
+    elif mode == "memT":        # per-rank step-time curve from every (b, compute) the job measured (diagnostic)
+        import dynamix_hvd.controllers.goodput as gmod
+        from dynamix_hvd.perfmodel import step_time as st_fn
+        orig_predict, orig_observe = gmod.GoodputController.predict, sim.observe
+        seen: list[dict[int, list[float]]] = [dict() for _ in range(sim.n)]
+        last: list[tuple[int, float]] = [(0, math.nan)] * sim.n
+
+        def observe(b, iv):
+            out = orig_observe(b, iv)
+            for i, (bi, ci) in enumerate(zip(out["raw"][:, 0], out["raw"][:, 2])):
+                seen[i].setdefault(int(bi), []).append(float(ci))
+                last[i] = (int(bi), float(ci))
+            return out
+
+        def curve(i, x, alpha, beta):
+            pts = sorted((k, float(np.median(v[-8:]))) for k, v in seen[i].items())
+            if len(pts) < 2:
+                return alpha + beta * x
+            bs, cs = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts])
+            y = np.interp(x, bs, cs)
+            hi_slope = max((cs[-1] - cs[-2]) / (bs[-1] - bs[-2]), 0.0)
+            lo_slope = max((cs[1] - cs[0]) / (bs[1] - bs[0]), 0.0)
+            y = np.where(x > bs[-1], cs[-1] + hi_slope * (x - bs[-1]), y)
+            y = np.where(x < bs[0], np.maximum(cs[0] - lo_slope * (bs[0] - x), 1e-6), y)
+            lb, lc = last[i]        # the level of the latest interval (speeds drift), the shape of the history
+            ref = float(np.interp(lb, bs, cs)) if bs[0] <= lb <= bs[-1] else lc
+            return y * (lc / ref if ref > 0 and math.isfinite(lc) else 1.0)
+
+        def mem_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares=None):
+            _, b = orig_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares)
+            tc = np.max(np.stack([curve(i, b[:, i], alpha[i], beta[i]) for i in range(b.shape[1])], axis=1), axis=1)
+            B = b.sum(axis=1)
+            return B / st_fn(tc, comm, overlap) * gmod.efficiency_array(B, b_ref, phi), b
+        sim.observe = observe
+        gmod.GoodputController.predict = mem_predict
+        try:
+            t = run_controller(sim, "goodput", seed)["time_to_target_s"]
+        finally:
+            gmod.GoodputController.predict = orig_predict
+            sim.observe = orig_observe
     elif mode == "trueTB":      # goodput's own splits, each timed by the truth (the B choice's model only)
         import dynamix_hvd.controllers.goodput as gmod
         from dynamix_hvd.replay.oracle import last_interval_multipliers
