@@ -65,7 +65,10 @@ def _file_hash(path: str) -> str:
     return hashlib.sha1(Path(f).read_bytes()).hexdigest()[:12] + (f"?{opts}" if opts else "")
 
 
-def _run_task(task: tuple[tuple[str, int, str, str, tuple[int, ...], str], list[str], str | None]) -> dict[str, float | None]:
+Task = tuple[tuple[str, int, str, str, tuple[int, ...], str], list[str], str | None]   # (world, keys, cache)
+
+
+def _run_task(task: Task) -> dict[str, float | None]:
     (wl, n, trace, ctl, seeds, gns_model), keys, cache_path = task
     from dynamix_hvd.replay.runner import run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim

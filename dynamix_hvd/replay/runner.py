@@ -41,8 +41,8 @@ from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import build_throughput
 from dynamix_hvd.traces import DATA_DIR, load_pollux
 
-CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe", "hindsight_safe", "hindsight_safe_beam",
-               "hindsight")
+CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe",
+               "hindsight_safe", "hindsight_safe_beam", "hindsight")
 
 
 def resolve_workload(spec: str) -> Path:
@@ -207,7 +207,8 @@ def replay(world: World, controllers: Sequence[str], seeds: Sequence[int]) -> di
     pm = sim.pm
     extra = {"scenario": sim.scenario_info} if sim.scenario_info else {}
     return {"workload": world.name, "workers": sim.n, "target_metric": pm.target, "controllers": res, **extra,
-            "settings": {"speed_trace": world.trace.label, "gns_model": sim.gns_model, "seeds": list(seeds), "metric_increases": pm.increasing,
+            "settings": {"speed_trace": world.trace.label, "gns_model": sim.gns_model, "seeds": list(seeds),
+                         "metric_increases": pm.increasing,
                          "start_metric": pm.start, "base_batch": sim.base_batch, "interval_steps": sim.interval_steps,
                          "bounds": {"min_global_batch": sim.bounds().min_global_batch,
                                     "max_global_batch": sim.bounds().max_global_batch, "max_local_batch": sim.tp.cap}}}
@@ -258,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
             if given:
                 raise ValueError(f"{', '.join(given)}: not with --scenario (the scenario sets them)")
             if args.gns_model != "run":
-                raise ValueError(f"--gns-model {args.gns_model}: not with --scenario (its captured workload is replayed as run)")
+                raise ValueError(f"--gns-model {args.gns_model}: not with --scenario "
+                                 "(its captured workload is replayed as run)")
             if args.time_scale != "auto":
                 try:
                     ts = float(args.time_scale)
