@@ -21,13 +21,13 @@ from dynamix_hvd.replay.worlds import WorldSpec, build_sim
 
 
 def one_curve(sim) -> None:
-    """Make ``sim`` read every noise scale from the static batch's run: its progress model's
-    ``noise_scale(P, B)`` ignores B. The measured runs of one workload differ by up to 5x at the
-    same progress (ncf at level 0.5: B = 256 52k, 1024 291k, 4096 79k), so in the replay the
-    estimate a controller reads jumps when its global batch changes; a live job's does not."""
-    pm, B0 = sim.pm, float(sim.B0)
-    orig = pm.noise_scale
-    object.__setattr__(pm, "noise_scale", lambda P, B: orig(P, B0))
+    """Make ``sim`` measure every noise scale on the static batch's run, whatever batch runs (this
+    sim only: its progress model is shared by every sim of the workload). The measured runs of one
+    workload differ by up to 5x at the same progress (ncf at level 0.5: B = 256 52k, 1024 291k,
+    4096 79k), so in the replay the estimate a controller reads jumps when its global batch
+    changes; a live job's does not."""
+    B0 = float(sim.B0)
+    sim.true_noise_scale = lambda B: sim.pm.noise_scale(sim.P, B0)
 
 
 def main() -> int:
