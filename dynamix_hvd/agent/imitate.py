@@ -239,7 +239,8 @@ def accuracy(policy: Any, samples: Sequence[Sample]) -> float:
 
 
 def draw_worlds(cfg: ReplayEnvConfig, rng: np.random.Generator, count: int) -> list[WorldSpec]:
-    return [draw_spec(rng, cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob) for _ in range(count)]
+    return [draw_spec(rng, cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob, gns_model=cfg.gns_model)
+            for _ in range(count)]
 
 
 def save_samples(path: str | Path, samples: Sequence[Sample]) -> None:

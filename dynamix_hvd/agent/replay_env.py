@@ -66,6 +66,7 @@ class ReplayEnvConfig:
     reward_scale: float = 10.0
     max_decisions_factor: float = 3.0  # truncate at this x goodput's decisions (and the sim's budget)
     loss_penalty: float = 0.0          # extra cost of ending slower than goodput (module doc)
+    gns_model: str = "run"             # the worlds' noise-scale model (replay.sim.GNS_MODELS)
 
     def __post_init__(self) -> None:
         if self.obs.n_action_levels != self.action.n_levels:
@@ -89,7 +90,7 @@ class ReplayEnvConfig:
                 "reward": RewardWeights().to_dict(),
                 "replay_reward": {"kind": "progress_vs_goodput", "scale": self.reward_scale,
                                   "loss_penalty": self.loss_penalty},
-                "max_decisions_factor": self.max_decisions_factor}
+                "max_decisions_factor": self.max_decisions_factor, "gns_model": self.gns_model}
 
 
 class EnvController(PPOController):
@@ -126,7 +127,8 @@ class ReplayEnv(gym.Env):
         super().__init__()
         self.cfg = cfg
         self.pool = pool if pool is not None else WorldPool(cfg.workloads, cfg.traces, cfg.n_range,
-                                                            cfg.perturb_prob, pool_seed, curriculum=cfg.curriculum)
+                                                            cfg.perturb_prob, pool_seed, curriculum=cfg.curriculum,
+                                                            gns_model=cfg.gns_model)
         self.observation_space = gym.spaces.Box(-OBS_LIMIT, OBS_LIMIT, shape=(cfg.n_max, cfg.n_features + 1),
                                                 dtype=np.float32)
         self.action_space = gym.spaces.MultiDiscrete([cfg.action.n_levels] * cfg.n_max + [len(cfg.action.global_scales)])

@@ -83,8 +83,7 @@ def _run_task(task: Task) -> dict[str, float | None]:
         if k in done:
             out[k] = done[k]
             continue
-        sim = build_sim(WorldSpec(wl, n, trace, s))
-        sim.gns_model = gns_model
+        sim = build_sim(WorldSpec(wl, n, trace, s, gns_model=gns_model))
         out[k] = run_one(sim, ctl, s)["time_to_target_s"]
     return out
 

@@ -40,7 +40,7 @@ def config_from_args(args) -> ReplayEnvConfig:
                            action=ActionConfig(global_scales=scales, anchor=args.anchor),
                            obs=ObsConfig(frozenset(g for g in args.disable.split(",") if g)),
                            history=int(args.history), n_max=max(args.n_max, hi),
-                           loss_penalty=float(args.loss_penalty))
+                           loss_penalty=float(args.loss_penalty), gns_model=args.gns_model)
 
 
 def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_envs: int = 8, hidden: int = 64,
@@ -56,7 +56,8 @@ def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_e
     torch.set_num_threads(max(1, threads))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pool = WorldPool(cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob, seed, curriculum=cfg.curriculum)
+    pool = WorldPool(cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob, seed, curriculum=cfg.curriculum,
+                     gns_model=cfg.gns_model)
     venv = DummyVecEnv([make_replay_env(cfg, pool, seed=seed * 1000 + i) for i in range(n_envs)])
     dyn = cfg.to_dict()
     model = PPO(SharedRowPolicy, venv, seed=seed, verbose=0, device="cpu",

@@ -20,6 +20,7 @@ from dynamix_hvd.agent.env import EnvConfig, make_env
 from dynamix_hvd.agent.reward import RewardWeights
 from dynamix_hvd.agent.run_files import save_run
 from dynamix_hvd.agent.sim import SimConfig
+from dynamix_hvd.replay.sim import GNS_MODELS
 from dynamix_hvd.state import GROUPS, ObsConfig
 
 PPO_DEFAULTS: dict[str, Any] = dict(
@@ -52,6 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--history", type=int, default=8, help="replay: per-worker history window (0 = no history features)")
     r.add_argument("--loss-penalty", type=float, default=0.0,
                    help="replay: extra cost of ending slower than goodput, x the shortfall (0 = plain return)")
+    r.add_argument("--gns-model", default="run", choices=list(GNS_MODELS),
+                   help="replay: the worlds' noise-scale model (replay.sim.GNS_MODELS; as `dynamix replay --gns-model`)")
     r.add_argument("--no-curriculum", action="store_true", help="replay: sample pooled worlds uniformly")
     r.add_argument("--method", default="ppo", choices=["ppo", "imitate"],
                    help="replay: PPO on the progress reward, or DAgger imitation of causal_safe (agent/imitate.py)")

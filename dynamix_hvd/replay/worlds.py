@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from dynamix_hvd.replay.progress import ProgressModel, build_progress
-from dynamix_hvd.replay.sim import ReplaySim
+from dynamix_hvd.replay.sim import GNS_MODELS, ReplaySim
 from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import ThroughputModel, build_throughput
 
@@ -60,12 +60,18 @@ class WorldSpec:
     trace: str
     seed: int
     pert: Perturbation = field(default_factory=Perturbation)
+    gns_model: str = "run"          # ReplaySim(gns_model=...): how the measured noise scale moves
+
+    def __post_init__(self) -> None:
+        if self.gns_model not in GNS_MODELS:
+            raise ValueError(f"gns_model={self.gns_model!r}: expected one of {GNS_MODELS}")
 
     def key(self) -> tuple:
-        return (self.workload, self.n, self.trace, self.seed, self.pert)
+        return (self.workload, self.n, self.trace, self.seed, self.pert, self.gns_model)
 
     def label(self) -> str:
-        return f"{self.workload}/{self.trace}/N={self.n}/s{self.seed}" + ("" if self.pert.identity else "/pert")
+        return (f"{self.workload}/{self.trace}/N={self.n}/s{self.seed}" + ("" if self.pert.identity else "/pert")
+                + ("" if self.gns_model == "run" else f"/gns={self.gns_model}"))
 
 
 # ---------------------------------------------------------------------- perturbations
@@ -152,7 +158,7 @@ def build_sim(spec: WorldSpec) -> ReplaySim:
         trace = synthetic_trace(spec.n, np.random.default_rng([spec.seed, 11]))
     else:
         trace = _trace(spec.trace)
-    return ReplaySim(pm, tp, trace, spec.n)
+    return ReplaySim(pm, tp, trace, spec.n, gns_model=spec.gns_model)
 
 
 def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Perturbation:
@@ -173,7 +179,8 @@ def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Pertur
 
 
 def draw_spec(rng: np.random.Generator, workloads: Sequence[str], traces: Sequence[str] = TRACE_FAMILIES,
-              n_range: tuple[int, int] = (2, 64), perturb_prob: float = 0.7, seed_base: int = 1_000_000) -> WorldSpec:
+              n_range: tuple[int, int] = (2, 64), perturb_prob: float = 0.7, seed_base: int = 1_000_000,
+              gns_model: str = "run") -> WorldSpec:
     """One training world: workload and trace uniform, N log-uniform in ``n_range``, a perturbation
     with probability ``perturb_prob``; seeds from ``seed_base`` up (evaluation uses seeds below it)."""
     wl = str(workloads[int(rng.integers(len(workloads)))])
@@ -181,4 +188,4 @@ def draw_spec(rng: np.random.Generator, workloads: Sequence[str], traces: Sequen
     lo, hi = n_range
     n = int(np.clip(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.49)))), lo, hi))
     pert = draw_perturbation(rng) if rng.random() < perturb_prob else Perturbation()
-    return WorldSpec(wl, n, tr, int(seed_base + rng.integers(1 << 30)), pert)
+    return WorldSpec(wl, n, tr, int(seed_base + rng.integers(1 << 30)), pert, gns_model)

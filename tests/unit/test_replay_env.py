@@ -167,6 +167,22 @@ def test_worlds_perturbations():
         assert spec.seed >= 1_000_000
 
 
+def test_training_worlds_carry_the_noise_scale_model():
+    # train-policy --gns-model continuous: every world a training run draws (DAgger's worlds, the
+    # PPO pool's) is built with that model, and the policy's config records it
+    from dynamix_hvd.agent.imitate import draw_worlds
+    cfg = ReplayEnvConfig(n_range=(2, 8), n_max=8, gns_model="continuous")
+    specs = draw_worlds(cfg, np.random.default_rng(0), 4)
+    specs.append(WorldPool(("ncf",), n_range=(2, 4), gns_model="continuous").new_entry().spec)
+    for spec in specs:
+        assert spec.gns_model == "continuous" and build_sim(spec).gns_model == "continuous"
+        assert spec.key() != WorldSpec(spec.workload, spec.n, spec.trace, spec.seed, spec.pert).key()
+    assert cfg.to_dict()["gns_model"] == "continuous"
+    assert build_sim(draw_spec(np.random.default_rng(0), ("ncf",), n_range=(2, 4))).gns_model == "run"
+    with pytest.raises(ValueError, match="gns_model='smooth'"):
+        WorldSpec("ncf", 4, "none", 0, gns_model="smooth")
+
+
 def test_training_smoke_learns_and_runs_live(tmp_path):
     """A few PPO updates in the replay world; the saved file loads into the live controller and
     its weights moved (a broken gradient path or a wrong dynamix_config fails here)."""
