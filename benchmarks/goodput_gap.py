@@ -29,6 +29,14 @@ the median time to target per workload relative to plain goodput:
   the latest interval's level) instead of the affine fit: a model learned from the job's own
   history, no exploration (session 33, 4 seeds, trace none: bert 0.996x, cifar10 1.093x,
   deepspeech2 0.971x, ncf 1.001x goodput: the extrapolation beyond the sizes run decides it);
+  ``memA``: the same, but beyond the sizes run the affine fit's shape carried from the nearest size run
+  (session 34, 10 seeds x 24 cells: bert 0.990x, cifar10 1.007x, deepspeech2 0.983x, ncf 0.992x);
+* ``optF`` (e.g. ``opt0.5``): a rank whose history does not identify a fixed cost takes share F of its
+  time as fixed (Pollux's optimistic prior for one local batch size is F = 0.5) instead of none
+  (session 34, 10 seeds x 24 cells: opt0.5 bert 0.972x, cifar10 0.992x, deepspeech2 1.005x, ncf 1.000x,
+  cells 0.937-1.079x; opt0.25 0.986 / 0.992 / 0.999 / 0.997x);
+* ``histH`` (e.g. ``hist64``): goodput's compute and overlap histories H intervals long instead of 16
+  (session 34, 10 seeds x 24 cells: hist64 0.991 / 1.004 / 1.018 / 1.000x, hist6 0.995 / 1.032 / 0.995 / 0.995x);
 * ``trueTB``: goodput's own splits (its model, its evidence gate), each timed by the truth at the
   speeds of the interval that has just ended: what the throughput model costs the choice of the
   global batch alone (``trueT`` also takes the true equal-time split);
@@ -163,6 +171,12 @@ def _run_lookahead(sim, seed: int, horizon: float, points: int = 8) -> float | N
         gmod.GoodputController.choose = orig
 
 
+def _wmean(b, w=None) -> float:
+    ws = [1.0] * len(b) if w is None else list(w)
+    pts = [(x, v) for x, v in zip(b, ws) if math.isfinite(x) and x > 0 and math.isfinite(v) and v > 0]
+    return sum(x * v for x, v in pts) / sum(v for _, v in pts)
+
+
 def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
     from dynamix_hvd.replay.runner import run_controller, run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
@@ -174,6 +188,34 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             return run(wl, trace, n, seed, mode[5:] or "goodput")
         finally:
             gmod.fit_overlap = orig_fit
+    if mode.startswith("opt"):         # optF: an unidentified fit takes share F of the time as fixed cost
+        import dynamix_hvd.controllers.affine as amod
+        import dynamix_hvd.controllers.model as mmod
+        f = float(mode[3:])
+        orig_fit, orig_min = mmod.fit_affine, mmod.BATCH_FIT_MIN
+
+        def opt_fit(b, t, w=None):
+            if amod.identified([x for x in b if math.isfinite(x) and x > 0]):
+                return orig_fit(b, t, w)
+            a0, b0 = orig_fit(b, t, w)
+            return (f * b0 * _wmean(b, w), (1 - f) * b0) if math.isfinite(b0) else (a0, b0)
+        mmod.fit_affine, mmod.BATCH_FIT_MIN = opt_fit, 10 ** 9
+        try:
+            return run(wl, trace, n, seed, "goodput")
+        finally:
+            mmod.fit_affine, mmod.BATCH_FIT_MIN = orig_fit, orig_min
+    if mode.startswith("hist"):        # histH: goodput's compute / overlap histories H intervals long (default 16)
+        import dynamix_hvd.controllers.goodput as gmod
+        orig_init = gmod.GoodputController.__init__
+
+        def init(self, *args, **kw):
+            kw["history"] = int(mode[4:])
+            orig_init(self, *args, **kw)
+        gmod.GoodputController.__init__ = init
+        try:
+            return run(wl, trace, n, seed, "goodput")
+        finally:
+            gmod.GoodputController.__init__ = orig_init
     if mode == "causal4":
         t = run_one(sim, "causal4", seed)["time_to_target_s"]
     elif mode.startswith("probe"):     # probeM[gG]: 1.6 x goodput's global batch at one decision in M
@@ -181,7 +223,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
         t = _run_probing(sim, seed, int(every), gate=float(g) if g else 0.0)
     elif mode.startswith("scale"):     # scaleS: PPO's action space, global scale S at every decision
         t = _run_scaled(sim, seed, float(mode[5:]))
-    elif mode == "memT":        # per-rank step-time curve from every (b, compute) the job measured (diagnostic)
+    elif mode in ("memT", "memA"):   # per-rank step-time curve from every (b, compute) the job measured (diagnostic)
         import dynamix_hvd.controllers.goodput as gmod
         from dynamix_hvd.perfmodel import step_time as st_fn
         orig_predict, orig_observe = gmod.GoodputController.predict, sim.observe
@@ -203,8 +245,14 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             y = np.interp(x, bs, cs)
             hi_slope = max((cs[-1] - cs[-2]) / (bs[-1] - bs[-2]), 0.0)
             lo_slope = max((cs[1] - cs[0]) / (bs[1] - bs[0]), 0.0)
-            y = np.where(x > bs[-1], cs[-1] + hi_slope * (x - bs[-1]), y)
-            y = np.where(x < bs[0], np.maximum(cs[0] - lo_slope * (bs[0] - x), 1e-6), y)
+            if mode == "memA":      # beyond the sizes run: the affine fit's shape from the nearest one run
+                def aff(z):
+                    return alpha + beta * z
+                y = np.where(x > bs[-1], cs[-1] * aff(x) / aff(bs[-1]), y)
+                y = np.where(x < bs[0], cs[0] * aff(x) / aff(bs[0]), y)
+            else:
+                y = np.where(x > bs[-1], cs[-1] + hi_slope * (x - bs[-1]), y)
+                y = np.where(x < bs[0], np.maximum(cs[0] - lo_slope * (bs[0] - x), 1e-6), y)
             lb, lc = last[i]        # the level of the latest interval (speeds drift), the shape of the history
             ref = float(np.interp(lb, bs, cs)) if bs[0] <= lb <= bs[-1] else lc
             return y * (lc / ref if ref > 0 and math.isfinite(lc) else 1.0)
