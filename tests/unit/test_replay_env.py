@@ -178,6 +178,14 @@ def test_training_worlds_carry_the_noise_scale_model():
         assert spec.gns_model == "continuous" and build_sim(spec).gns_model == "continuous"
         assert spec.key() != WorldSpec(spec.workload, spec.n, spec.trace, spec.seed, spec.pert).key()
     assert cfg.to_dict()["gns_model"] == "continuous"
+    import argparse
+    from dynamix_hvd.agent.replay_train import config_from_args
+    from dynamix_hvd.agent.train import add_arguments
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--world", "replay", "--workers", "2,8", "--gns-model", "continuous"])
+    assert config_from_args(args).gns_model == "continuous"
+    assert config_from_args(parser.parse_args(["--world", "replay", "--workers", "2,8"])).gns_model == "run"
     assert build_sim(draw_spec(np.random.default_rng(0), ("ncf",), n_range=(2, 4))).gns_model == "run"
     with pytest.raises(ValueError, match="gns_model='smooth'"):
         WorldSpec("ncf", 4, "none", 0, gns_model="smooth")
