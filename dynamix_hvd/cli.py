@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("dynamix_hvd.replay.runner", "controllers and a hindsight oracle on measured workload and straggler traces"),
     "capture-trace": ("dynamix_hvd.emulate.capture", "measure a scenario's workload at several global batches (Pollux format)"),
     "eval-replay": ("dynamix_hvd.agent.replay_eval", "policy vs baselines vs hindsight per replay cell, held-out seeds"),
+    "policy-support": ("dynamix_hvd.agent.support_fit", "record the observations a policy was trained on in its file"),
 }
 
 

@@ -105,6 +105,7 @@ class EnvController(PPOController):
         self.anchor = make_anchor(cfg.action, bounds, base_batch)
         self.target_B, self.last_levels, self.last_global, self.last_scale = None, None, 0.0, 1.0
         self.trust = 0.0      # (the env trains the policy itself; a trust region is a deployment choice)
+        self.members, self.supports, self.last_outside = [], [None], []     # (one policy, no support yet)
         self.pending: tuple[np.ndarray, int] | None = None
 
     def observe(self, state):

@@ -56,13 +56,15 @@ GAP_CELL = 1.15
 
 def _file_hash(path: str) -> str:
     """The policy file's content hash (the cache key), with any controller options after it
-    (``PATH?trust=X``) kept in the key; no file: the shipped default's."""
-    from dynamix_hvd.replay.runner import split_policy_spec
+    (``PATH?trust=X``) kept in the key; no file: the shipped default's; an ensemble (``A+B+C``):
+    its files' hashes joined by '+'."""
+    from dynamix_hvd.replay.runner import policy_files, split_policy_spec
     f, opts = split_policy_spec(path)
-    if not f:
+    files = policy_files(f)
+    if not files:
         from dynamix_hvd.controllers.policy.io import default_policy_path
-        f = str(default_policy_path())
-    return hashlib.sha1(Path(f).read_bytes()).hexdigest()[:12] + (f"?{opts}" if opts else "")
+        files = [str(default_policy_path())]
+    return "+".join(hashlib.sha1(Path(x).read_bytes()).hexdigest()[:12] for x in files) + (f"?{opts}" if opts else "")
 
 
 Task = tuple[tuple[str, int, str, str, tuple[int, ...], str], list[str], str | None]   # (world, keys, cache)
@@ -245,10 +247,10 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
             if "=" not in part:
                 raise ValueError(f"{what} {part!r}: expected LABEL=PATH")
             k, v = part.split("=", 1)
-            from dynamix_hvd.replay.runner import split_policy_spec
-            f = split_policy_spec(v)[0]        # PATH?trust=X: controller options after the path
-            if f and not Path(f).is_file():
-                raise ValueError(f"{what} {part!r}: policy file {f} not found")
+            from dynamix_hvd.replay.runner import policy_files, split_policy_spec
+            for f in policy_files(split_policy_spec(v)[0]):   # PATH?trust=X, A+B+C (an ensemble)
+                if not Path(f).is_file():
+                    raise ValueError(f"{what} {part!r}: policy file {f} not found")
             out[k] = v
     return out
 
@@ -261,7 +263,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=20, help="held-out seeds 0..K-1")
     p.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
     p.add_argument("--policy", action="append", default=[],
-                   help="LABEL=PATH[?trust=X] (repeatable; default ppo=shipped; trust: PPOController's trust region)")
+                   help="LABEL=PATH[+PATH...][?trust=X&ensemble=RULE] (repeatable; default ppo=shipped; trust: PPOController's "
+                        "trust region; A+B+C: the ensemble of those policies, controllers.policy.ensemble)")
     p.add_argument("--loo", action="append", default=[], help="WORKLOAD=PATH: policy trained without WORKLOAD")
     p.add_argument("--jobs", type=int, default=2, help="worker processes (run under nice -n 15)")
     p.add_argument("--cache", default="runs/replay_eval_cache.json", help="episode cache ('' = none)")

@@ -10,6 +10,16 @@ With ``finetune=True`` (``DynamixConfig.finetune``) the controller acts with its
 policy, samples its actions and fine-tunes that copy online with PPO in a background thread
 (``dynamix_hvd.controllers.finetune``); its ``state_dict`` then carries the fine-tuned weights.
 Without it nothing changes: deterministic actions of the cached, read-only policy.
+
+With ``members`` (more policy files trained for the same observation and actions) the controller
+acts with the ensemble of the policy and its members (``controllers.policy.ensemble``): by default
+a move away from the no-op only where every one of them moves the same way, and then the
+smallest of their moves.
+
+A policy file that records the observations it was trained on (``dynamix_config["support"]``,
+``controllers.policy.support``) acts only inside them: for an observation outside that box the
+controller takes the no-op, goodput's plan (``support=False`` ignores the record). In an ensemble
+each member answers the no-op outside its own support.
 """
 from __future__ import annotations
 
@@ -33,8 +43,16 @@ class PPOController(Controller):
     def __init__(self, bounds: PlanBounds, base_batch: int, policy: str | os.PathLike | None = None,
                  deterministic: bool = True, seed: int = 0, finetune: bool = False, finetune_steps: int = 32,
                  finetune_lr: float = 1e-4, finetune_epochs: int = 4, finetune_seed: int | None = None,
-                 reference_goodput_fn: Callable[[ClusterState], float] | None = None, trust: float = 0.0) -> None:
+                 reference_goodput_fn: Callable[[ClusterState], float] | None = None, trust: float = 0.0,
+                 members: Sequence[str | os.PathLike] = (), ensemble: str = "consensus", support: bool = True) -> None:
         super().__init__(bounds, base_batch)
+        from dynamix_hvd.controllers.policy.ensemble import RULES
+        if ensemble not in RULES:
+            raise ValueError(f"ensemble={ensemble!r}: expected one of {RULES}")
+        if members and (finetune or not deterministic):
+            raise ValueError("members: an ensemble acts deterministically and is not fine-tuned "
+                             "(finetune=False, deterministic=True)")
+        self.ensemble = ensemble
         if not (isinstance(trust, (int, float)) and 0.0 <= float(trust) < 1.0):
             raise ValueError(f"trust={trust!r}: a number in [0, 1) (0: off)")
         # goodput anchor: a global scale other than the no-op is taken only where the goodput
@@ -63,6 +81,11 @@ class PPOController(Controller):
             raise PolicyLoadError(f"policy file {policy or default_policy_path()}: action config does not match "
                                   "the network's output sizes")
         self.deterministic = deterministic
+        self.members = [self._member(m, cfg) for m in members]
+        # the training support of the policy and of each member (None: not recorded, or support=False)
+        self.supports = [self._support(c, p) if support else None
+                         for c, p in [(cfg, policy)] + [(load_policy(m)[1], m) for m in members]]
+        self.last_outside: list[tuple[str, float, float, float]] = []
         from dynamix_hvd.controllers.policy.actions import make_anchor
         self.anchor = make_anchor(self.action_config, bounds, base_batch)
         self.target_B: float | None = None
@@ -85,6 +108,35 @@ class PPOController(Controller):
             # G* of the reward's efficiency term; default: estimated from the state (finetune.reference_goodput)
             self.reference_goodput_fn = reference_goodput_fn
         self._warm_up()
+
+    def _member(self, path: str | os.PathLike, cfg: dict[str, Any]) -> Any:
+        """The actor network of ensemble member ``path``, which must observe and act as the policy does."""
+        pol, mcfg = load_policy(path)
+        for key in ("obs", "action", "history"):
+            if (mcfg.get(key) or None) != (cfg.get(key) or None):
+                raise PolicyLoadError(f"policy file {path}: its {key!r} config {mcfg.get(key)!r} differs from "
+                                      f"{self.policy_path or default_policy_path()}'s {cfg.get(key)!r}: an ensemble's "
+                                      "members must observe and act alike")
+        net = pol.mlp_extractor
+        if net.n_features != self.net.n_features:
+            raise PolicyLoadError(f"policy file {path}: expects {net.n_features - 1} features per worker, "
+                                  f"the ensemble's first policy {self.net.n_features - 1}")
+        return net
+
+    def _support(self, cfg: dict[str, Any], path: str | os.PathLike | None) -> Any:
+        """The policy's recorded training support (``controllers.policy.support``), or None."""
+        d = cfg.get("support")
+        if d is None:
+            return None
+        from dynamix_hvd.controllers.policy.support import Support
+        try:
+            sup = Support.from_dict(d, where=f"policy file {path or default_policy_path()}: dynamix_config.support")
+        except ValueError as exc:
+            raise PolicyLoadError(str(exc)) from exc
+        if len(sup.columns) != self.net.n_features - 1:
+            raise PolicyLoadError(f"policy file {path or default_policy_path()}: its support has {len(sup.columns)} "
+                                  f"columns, its network {self.net.n_features - 1} features")
+        return sup
 
     def _warm_up(self) -> None:
         """One throw-away observation + forward pass on a synthetic state, so the first live
@@ -123,8 +175,22 @@ class PPOController(Controller):
             with self.finetuner.lock:    # weights are swapped under this lock after an update
                 idx, gidx = self.net.act_rows(obs, deterministic=self.deterministic)
         else:
-            idx, gidx = self.net.act_rows(obs, deterministic=self.deterministic)
-        return idx.astype(np.float64) - self.action_config.k, gidx
+            acts = []
+            self.last_outside = []
+            for net, sup in zip([self.net] + self.members, self.supports):
+                out = sup.outside(obs) if sup is not None else []
+                if out:          # an observation unlike any it was trained on: this policy answers the no-op
+                    self.last_outside.extend(out)
+                    acts.append((np.full(obs.shape[0], self.action_config.k), self.action_config.noop_global))
+                else:
+                    acts.append(net.act_rows(obs, deterministic=self.deterministic))
+            if len(acts) == 1:
+                idx, gidx = acts[0]
+            else:
+                from dynamix_hvd.controllers.policy.ensemble import combine, combine_rows
+                idx = combine_rows(np.stack([a[0] for a in acts]), self.action_config.k, self.ensemble)
+                gidx = combine([a[1] for a in acts], self.action_config.noop_global, self.ensemble)
+        return np.asarray(idx).astype(np.float64) - self.action_config.k, int(gidx)
 
     def _act_finetune(self, state: ClusterState, obs: np.ndarray) -> tuple[np.ndarray, int]:
         """Reward of the previous action from this state, then a sampled action (recorded)."""
@@ -162,13 +228,22 @@ class PPOController(Controller):
             levels = np.zeros_like(levels)
         self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None),
                                                  f"policy levels {_short(levels.astype(int).tolist())}, global scale "
-                                                 f"{self.action_config.scale(gidx):g}", trust_note) if x)
+                                                 f"{self.action_config.scale(gidx):g}", trust_note,
+                                                 self._outside_note()) if x)
         proposed, self.target_B = proposal_from_action(sizes, levels, gidx, self.target_B, self.action_config,
                                                        self.bounds, self.anchor)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.action_config)
         self.last_scale = self.action_config.scale(gidx)
         return [float(x) for x in proposed]
+
+    def _outside_note(self) -> str | None:
+        """The decision log's note when a policy answered the no-op outside its training support."""
+        if not self.last_outside:
+            return None
+        name, v, lo, hi = self.last_outside[0]
+        more = f" (+{len(self.last_outside) - 1} more)" if len(self.last_outside) > 1 else ""
+        return f"no-op: observation outside the policy's training support, {name} {v:.3g} not in [{lo:.3g}, {hi:.3g}]{more}"
 
     def _within_trust(self, gidx: int) -> tuple[int, str | None]:
         """The policy's global scale, or the no-op when ``trust`` is on and the goodput model
@@ -260,6 +335,8 @@ class PPOController(Controller):
         ``load_policy`` / ``PPOController(policy=path)`` load. Waits for a running update."""
         if self.finetuner is not None:
             return self.finetuner.save(path)
+        if self.members:
+            raise ValueError("save_policy: an ensemble is its member files; save them one by one")
         from dynamix_hvd.controllers.finetune import save_policy_zip
         return save_policy_zip(self.policy_path if self.policy_path is not None else default_policy_path(),
                                self.policy.state_dict(), path)

@@ -140,21 +140,34 @@ def split_policy_spec(spec: str) -> tuple[str, str]:
     return path, opts
 
 
+def policy_files(path: str) -> list[str]:
+    """``A.zip+B.zip+C.zip`` -> the files of an ensemble (the first is the policy, the rest its
+    members: ``PPOController(members=...)``); one file -> [it]; "" -> [] (the shipped default)."""
+    files = path.split("+") if path else []
+    if any(not f for f in files):
+        raise ValueError(f"policy {path!r}: an empty file name between '+'")
+    return files
+
+
 def build_controller(name: str, sim: ReplaySim, seed: int):
     from dynamix_hvd.controllers import make_controller
     bounds = sim.bounds()
     if name.startswith("ppo:"):
-        path, opts = split_policy_spec(name[4:])     # ppo:PATH?trust=0.03
-        kwargs: dict[str, Any] = {}
+        path, opts = split_policy_spec(name[4:])     # ppo:PATH?trust=0.03, ppo:A+B+C?ensemble=median
+        files = policy_files(path)
+        kwargs: dict[str, Any] = {"members": files[1:]} if len(files) > 1 else {}
         for kv in filter(None, opts.split("&")):
             key, _, value = kv.partition("=")
+            if key == "ensemble":
+                kwargs["ensemble"] = value
+                continue
             if key != "trust":
-                raise ValueError(f"controller {name!r}: unknown option {key!r} (known: trust)")
+                raise ValueError(f"controller {name!r}: unknown option {key!r} (known: trust, ensemble)")
             try:
                 kwargs["trust"] = float(value)
             except ValueError:
                 raise ValueError(f"controller {name!r}: trust={value!r} is not a number") from None
-        return make_controller("ppo", bounds, sim.base_batch, policy=path or None, **kwargs)
+        return make_controller("ppo", bounds, sim.base_batch, policy=files[0] if files else None, **kwargs)
     if name == "random":
         return make_controller("random", bounds, sim.base_batch, seed=seed)
     return make_controller(name, bounds, sim.base_batch)

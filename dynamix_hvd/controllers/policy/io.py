@@ -263,7 +263,7 @@ def load_policy(path: str | os.PathLike | None = None):
     return _load_uncached(p, path is None)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=16)    # an evaluation's policies, ensembles' members included
 def _load_cached(path: str, mtime_ns: int, is_default: bool):
     return _load_uncached(Path(path), is_default)
 

@@ -1,0 +1,125 @@
+"""Ensembles of policies and the training support a policy acts within (issue 19, session 34)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dynamix_hvd.controllers.policy.ensemble import combine, combine_rows
+from dynamix_hvd.controllers.policy.support import Support, fit
+
+H20 = "dynamix_hvd/agent/policies/imitate_h20.zip"
+
+
+def test_ensemble_rules():
+    # actions are indices, no-op at 2: consensus moves only when all move the same way, by the least
+    assert combine([4, 3, 5], 2) == 3
+    assert combine([0, 1, 0], 2) == 1
+    assert combine([4, 2, 5], 2) == 2          # one member at the no-op
+    assert combine([4, 0, 5], 2) == 2          # members disagree
+    assert combine([1], 2) == 1
+    assert combine([0, 4, 5], 2, "median") == 4
+    assert combine([0, 4, 5, 6], 2, "median") == 4    # the lower middle of an even count
+    rows = np.array([[3, 1, 2], [4, 0, 2]])
+    assert combine_rows(rows, 2).tolist() == [3, 1, 2]
+    with pytest.raises(ValueError, match="ensemble rule 'mean'"):
+        combine([1, 2], 2, "mean")
+
+
+def _line_support() -> Support:
+    # decisions whose two global features move together (as a batch and its noise scale did in training)
+    t = np.linspace(0.0, 1.0, 200)
+    obs = [np.array([[0.0, x, x]]) for x in t]
+    return fit(obs, ("local", "g1", "g2"), global_columns=(1, 2))
+
+
+def test_support_box_and_the_decisions_seen():
+    sup = _line_support()
+    assert sup.near_columns == (1, 2) and sup.radius < 0.05
+    assert sup.outside(np.array([[0.0, 0.5, 0.5]])) == []
+    # every feature inside its range, the combination never seen: outside, by distance
+    (name, d, _, radius), = sup.outside(np.array([[0.0, 1.0, 0.0]]))
+    assert name == "global features" and d == pytest.approx(math.sqrt(0.5), rel=0.02) and radius == sup.radius
+    # a feature beyond its range: named, with its value and range
+    out = sup.outside(np.array([[0.3, 0.5, 0.5], [0.0, 0.5, 0.5]]))
+    assert out == [("local", 0.3, 0.0, 0.0)]
+    back = Support.from_dict(sup.to_dict())
+    for x in ([0.0, 0.5, 0.5], [0.0, 1.0, 0.0], [0.0, 0.2, 0.21]):
+        assert back.outside(np.array([x])) == sup.outside(np.array([x]))
+    with pytest.raises(ValueError, match="policy file P: not a support"):
+        Support.from_dict({"columns": ["a"]}, where="policy file P")
+    with pytest.raises(ValueError, match="lo <= hi"):
+        Support(("a",), np.array([1.0]), np.array([0.0]))
+
+
+def _episode(spec, name: str):
+    from dynamix_hvd.decide import control_loop
+    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.replay.runner import build_controller
+    from dynamix_hvd.replay.worlds import build_sim
+    from dynamix_hvd.safety import MoveLimits
+    sim = build_sim(spec)
+    sim.reset(spec.seed)
+    ctl = build_controller(name, sim, spec.seed)
+    reasons = [ctl.last_reason for _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch),
+                                                     limits=MoveLimits())]
+    return sim.time, ctl, reasons
+
+
+def test_ensemble_and_support_in_the_controller(tmp_path):
+    from dynamix_hvd.agent.support_fit import observation_columns, write_support
+    from dynamix_hvd.controllers.policy.io import PolicyLoadError, load_policy
+    from dynamix_hvd.replay.runner import build_controller, run_controller
+    from dynamix_hvd.replay.worlds import WorldSpec, build_sim
+    spec = WorldSpec("cifar10", 8, "none", 5)          # a world where the policy departs from goodput
+    t_pol, _, _ = _episode(spec, f"ppo:{H20}")
+    t_goodput = run_controller(build_sim(spec), "goodput", spec.seed)["time_to_target_s"]
+    assert t_pol != pytest.approx(t_goodput, rel=1e-6)
+    # an ensemble of one policy with itself acts as the policy
+    t_ens, ctl, _ = _episode(spec, f"ppo:{H20}+{H20}?ensemble=consensus")
+    assert len(ctl.members) == 1 and t_ens == pytest.approx(t_pol, rel=1e-12)
+    # members must observe and act alike (the shipped default sees features h20 does not)
+    from dynamix_hvd.controllers.policy.io import default_policy_path
+    sim = build_sim(spec)
+    with pytest.raises(PolicyLoadError, match=f"policy file {default_policy_path()}: its 'obs' config"):
+        build_controller(f"ppo:{H20}+{default_policy_path()}", sim, 0)
+    with pytest.raises(ValueError, match="ensemble='mean'"):
+        build_controller(f"ppo:{H20}+{H20}?ensemble=mean", sim, 0)
+    # a support no observation is inside: every decision is the no-op, i.e. goodput's plan
+    cfg = load_policy(H20)[1]
+    cols = observation_columns(cfg)
+    nowhere = Support(cols, np.full(len(cols), 5.0), np.full(len(cols), 5.0))
+    path = write_support(H20, nowhere, tmp_path / "h20_nowhere.zip")
+    t_sup, ctl, reasons = _episode(spec, f"ppo:{path}")
+    assert ctl.supports[0] is not None and t_sup == pytest.approx(t_goodput, rel=1e-12)
+    assert all("outside the policy's training support" in r for r in reasons)
+    # support=False ignores the record
+    from dynamix_hvd.controllers.ppo import PPOController
+    sim = build_sim(spec)
+    assert PPOController(sim.bounds(), sim.base_batch, policy=path, support=False).supports == [None]
+
+
+def test_policy_support_command_records_the_training_support(tmp_path, capsys):
+    from dynamix_hvd.cli import main
+    from dynamix_hvd.controllers.policy.io import load_policy
+    out = tmp_path / "h20_sup.zip"
+    assert main(["policy-support", H20, "--worlds", "2", "--max-decisions", "30", "--out", str(out)]) == 0
+    sup = Support.from_dict(load_policy(out)[1]["support"])
+    assert sup.rows > 0 and len(sup.near_columns) >= 2 and math.isfinite(sup.radius)
+    # the weights are the policy's: inside its support it acts as the policy does
+    a, b = load_policy(H20)[0], load_policy(out)[0]
+    assert all(np.array_equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert main(["policy-support", str(tmp_path / "missing.zip"), "--out", str(tmp_path / "x.zip")]) == 2
+    assert "missing.zip" in capsys.readouterr().out
+
+
+def test_an_ensemble_is_cached_and_checked_by_every_file():
+    from dynamix_hvd.agent.replay_eval import _file_hash, _pairs
+    one = _file_hash(H20)
+    assert _file_hash(f"{H20}+{H20}?ensemble=median") == f"{one}+{one}?ensemble=median"
+    assert _pairs([f"e={H20}+{H20}"], "--policy") == {"e": f"{H20}+{H20}"}
+    with pytest.raises(ValueError, match="policy file nowhere.zip not found"):
+        _pairs([f"e={H20}+nowhere.zip"], "--policy")
+    with pytest.raises(ValueError, match="an empty file name"):
+        _pairs([f"e={H20}+"], "--policy")
