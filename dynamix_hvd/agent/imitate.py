@@ -365,6 +365,11 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                   f"accuracy {acc:.3f}, {time.perf_counter() - t0:.0f}s", flush=True)
     if save_samples_to is not None:
         save_samples(save_samples_to, data)
+    if data:       # the observations it was trained on: the live controller acts only inside them
+        from dynamix_hvd.agent.support_fit import global_columns, observation_columns
+        from dynamix_hvd.controllers.policy.support import fit as fit_support
+        tr.dyn["support"] = fit_support([s.obs[s.obs[:, 0] > 0, 1:] for s in data], observation_columns(tr.dyn),
+                                        global_columns(), seed).to_dict()
     return tr.save(out, curve, {"world": "replay", "method": "imitate (DAgger, expert causal_safe)",
                                 "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "tie": tie,
                                 "horizon": horizon,

@@ -136,6 +136,9 @@ def test_imitation_training_writes_a_policy_the_live_controller_runs(tmp_path):
     assert len(agg) == meta["dagger"][1]["samples"]
     pol, dyn = load_policy(out)
     assert dyn["imitation"]["expert"] == "causal_safe" and dyn["action"]["global_scales"] == [0.8, 1.0, 1.25]
+    from dynamix_hvd.controllers.policy.support import Support
+    sup = Support.from_dict(dyn["support"])      # the aggregate's observations, recorded for the controller
+    assert sup.rows == sum(int((s.obs[:, 0] > 0).sum()) for s in agg)
     r = run_controller(build_sim(WorldSpec("ncf", 4, "none", 0)), f"ppo:{out}", 0)
     assert r["time_to_target_s"] is not None
 
