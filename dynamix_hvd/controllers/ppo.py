@@ -18,8 +18,9 @@ smallest of their moves.
 
 A policy file that records the observations it was trained on (``dynamix_config["support"]``,
 ``controllers.policy.support``) acts only inside them: for an observation outside that box the
-controller takes the no-op, goodput's plan (``support=False`` ignores the record). In an ensemble
-each member answers the no-op outside its own support.
+controller takes the no-op, goodput's plan (``support=False`` ignores the record; fine-tuning,
+which explores, does not consult it). In an ensemble each member answers the no-op outside its own
+support.
 """
 from __future__ import annotations
 
@@ -243,7 +244,8 @@ class PPOController(Controller):
             return None
         name, v, lo, hi = self.last_outside[0]
         more = f" (+{len(self.last_outside) - 1} more)" if len(self.last_outside) > 1 else ""
-        return f"no-op: observation outside the policy's training support, {name} {v:.3g} not in [{lo:.3g}, {hi:.3g}]{more}"
+        return (f"policy answered the no-op: observation outside its training support, {name} {v:.3g} not in "
+                f"[{lo:.3g}, {hi:.3g}]{more}")
 
     def _within_trust(self, gidx: int) -> tuple[int, str | None]:
         """The policy's global scale, or the no-op when ``trust`` is on and the goodput model

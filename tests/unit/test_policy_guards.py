@@ -93,7 +93,7 @@ def test_ensemble_and_support_in_the_controller(tmp_path):
     path = write_support(H20, nowhere, tmp_path / "h20_nowhere.zip")
     t_sup, ctl, reasons = _episode(spec, f"ppo:{path}")
     assert ctl.supports[0] is not None and t_sup == pytest.approx(t_goodput, rel=1e-12)
-    assert all("outside the policy's training support" in r for r in reasons)
+    assert all("outside its training support" in r for r in reasons)
     # support=False ignores the record
     from dynamix_hvd.controllers.ppo import PPOController
     sim = build_sim(spec)
