@@ -62,7 +62,7 @@ def run_order(names: list[str], rep: int) -> list[str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", required=True, help="scenario TOML file or the name of a shipped one")
     p.add_argument("--controllers", default=DEFAULT_CONTROLLERS, help="comma-separated controller specs: NAME, oracle@B (fixed global batch B), "
-                   "NAME:fixed (no early decisions, for A/B runs); SPEC#LABEL runs SPEC again under another name "
+                   "NAME:fixed (no early decisions, for A/B runs), ppo=PATH (a policy file); SPEC#LABEL runs SPEC again under another name "
                    "(proportional,proportional#twin: an A/A pair, the bench's own noise floor)")
     p.add_argument("--out", required=True, help="output directory (results.json, report.png, one dir per run)")
     p.add_argument("--no-netns", action="store_true", help="network-free variant: all ranks on loopback")
@@ -257,7 +257,8 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
         seed = results["seeds"][rep]         # the same for every controller of a repeat (paired)
         for name in run_order(list(controllers), rep):
             t0 = time.time()
-            run_dir = out / (name if rep == 0 else f"{name}.r{rep}")
+            safe = name.replace("/", "_")        # ppo=PATH: the policy's path is no directory of the bench
+            run_dir = out / (safe if rep == 0 else f"{safe}.r{rep}")
             rc, cmd = run_one(sc, scenario_file, controller_spec(name), run_dir, use_netns, until, python, log, engine,
                               seed=seed if seed != sc.seed else None)
             tag = name if repeats == 1 else f"{name} #{rep + 1}"
@@ -317,8 +318,11 @@ def run(args: argparse.Namespace) -> int:
                   "'-' or '_'", file=sys.stderr)
             return 2
         try:
-            if parse_controller(spec).name not in REGISTRY:
+            parsed = parse_controller(spec)
+            if parsed.name not in REGISTRY:
                 unknown.append(n)
+            if parsed.policy is not None and not Path(parsed.policy).is_file():
+                raise ValueError(f"controller {n!r}: policy file {parsed.policy} not found")
         except ValueError as exc:
             print(f"dynamix bench: {exc}", file=sys.stderr)
             return 2

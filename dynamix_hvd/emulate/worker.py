@@ -58,12 +58,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @dataclass(frozen=True)
 class ControllerSpec:
     """A bench controller spec: ``NAME``, ``oracle@B`` (the oracle at a fixed global batch B, for
-    headroom sweeps), either with ``:fixed`` appended (decisions only every interval_steps: the
-    early-decision detector off, for A/B runs)."""
+    headroom sweeps), ``ppo=PATH`` (the PPO controller with the policy file PATH), any with
+    ``:fixed`` appended (decisions only every interval_steps: the early-decision detector off, for
+    A/B runs)."""
 
     name: str
     global_batch: int | None = None
     react: bool = True
+    policy: str | None = None
 
 
 def parse_controller(spec: str) -> ControllerSpec:
@@ -71,6 +73,11 @@ def parse_controller(spec: str) -> ControllerSpec:
     base, colon, opt = spec.partition(":")
     if colon and opt != "fixed":
         raise ValueError(f"controller {spec!r}: the only option after ':' is 'fixed' (no early decisions)")
+    name, eq, path = base.partition("=")
+    if eq:
+        if name != "ppo" or not path:
+            raise ValueError(f"controller {spec!r}: only ppo takes a policy file (ppo=PATH)")
+        return ControllerSpec(name, None, not colon, path)
     name, sep, arg = base.partition("@")
     if not sep:
         return ControllerSpec(name, None, not colon)
@@ -138,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                             interval_steps=sc.interval_steps, min_decision_s=0,   # the scenario's cadence
                             max_batch=tuple(device.max_batches()),
                             min_global_batch=sc.min_global_batch,
-                            run_dir=str(run_dir), seed=sc.seed, tensorboard=True)
+                            run_dir=str(run_dir), seed=sc.seed, tensorboard=True,
+                            controller_kwargs={"policy": spec.policy} if spec.policy else {})
         if spec.global_batch is not None:  # oracle@B runs at B even below the floor (before: oracle@48 ran at 64)
             cfg = replace(cfg, min_global_batch=min(cfg.min_global_batch_for(world), spec.global_batch),
                           max_batch_growth=max(1.0, spec.global_batch / (sc.base_batch * world)))

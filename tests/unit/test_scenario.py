@@ -140,7 +140,9 @@ def test_controller_specs_parse_the_fixed_interval_option():
     assert parse_controller("goodput") == ControllerSpec("goodput", None, True)
     assert parse_controller("ppo:fixed") == ControllerSpec("ppo", None, False)
     assert parse_controller("oracle@64:fixed") == ControllerSpec("oracle", 64, False)
-    for bad, word in [("ppo:often", "'fixed'"), ("goodput@64", "only the oracle"), ("oracle@0", ">= 1")]:
+    assert parse_controller("ppo=a/b.zip:fixed") == ControllerSpec("ppo", None, False, "a/b.zip")
+    for bad, word in [("ppo:often", "'fixed'"), ("goodput@64", "only the oracle"), ("oracle@0", ">= 1"),
+                      ("goodput=a.zip", "only ppo takes a policy file"), ("ppo=", "only ppo takes a policy file")]:
         with pytest.raises(ValueError, match=word):
             parse_controller(bad)
 
