@@ -84,7 +84,7 @@ class ClusterState:
     plan: Plan
     workers: list[WorkerStats]
     glob: GlobalStats = field(default_factory=GlobalStats)
-    last_action: np.ndarray | None = None
+    last_action: np.ndarray | None = None   # live: each rank's batch change (samples) applied at the last decision
 
     @property
     def world_size(self) -> int:

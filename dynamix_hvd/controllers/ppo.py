@@ -158,7 +158,12 @@ class PPOController(Controller):
     def observe(self, state: ClusterState) -> np.ndarray:
         """The (N, F) observation the policy sees for this state."""
         from dynamix_hvd.state import build_observation
-        last = state.last_action if state.last_action is not None else self.last_levels
+        # the policy's own last per-worker levels, as in training (agent/env.py, the replay env). Not
+        # ``state.last_action``: live, the hook's Decider fills it with the change in samples per rank
+        # that was applied, so a policy saw e.g. -4 after an 8-sample move where training only ever showed
+        # levels / k in [-1, 1] (found by the training support's box, session 34: every live decision
+        # of the guarded policy was outside it on ``last_action``)
+        last = self.last_levels
         if last is not None and np.size(last) != state.world_size:
             last = None
         st = ClusterState(state.plan, state.workers, state.glob, last)

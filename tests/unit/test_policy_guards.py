@@ -123,3 +123,22 @@ def test_an_ensemble_is_cached_and_checked_by_every_file():
         _pairs([f"e={H20}+nowhere.zip"], "--policy")
     with pytest.raises(ValueError, match="an empty file name"):
         _pairs([f"e={H20}+"], "--policy")
+
+
+def test_the_policy_sees_its_own_last_levels_not_the_hooks_batch_change():
+    """Live, ``ClusterState.last_action`` is the change in samples the hook applied per rank; the
+    policy was trained on its own last levels (-k..k) / k. Its observation must not depend on the
+    hook's samples (they put every live decision outside the training support, session 34)."""
+    from dynamix_hvd.controllers.ppo import PPOController
+    from dynamix_hvd.plan import Plan, PlanBounds
+    from dynamix_hvd.records import ClusterState, WorkerStats
+    from dynamix_hvd.state import FEATURE_NAMES
+    ctl = PPOController(PlanBounds(max_batch=[256] * 4), 32, policy=H20)
+    workers = [WorkerStats(rank=r, batch_size=32, max_batch=256, compute_s=0.01 * (r + 1), step_s=0.05)
+               for r in range(4)]
+    ctl.last_levels = np.array([1.0, -1.0, 0.0, 2.0])
+    col = FEATURE_NAMES.index("last_action")
+    with_hook = ctl.observe(ClusterState(Plan.uniform(4, 32), workers, last_action=np.array([-8.0, 8.0, 0.0, 16.0])))
+    without = ctl.observe(ClusterState(Plan.uniform(4, 32), workers))
+    assert np.array_equal(with_hook, without)
+    assert with_hook[:, col].tolist() == (ctl.last_levels / ctl.action_config.k).tolist()
