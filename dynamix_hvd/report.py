@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dynamix_hvd.runlog import LogFormatError, rank_logs, read_decisions, read_evals
+from dynamix_hvd.runlog import LogFormatError, bench_run_dir, rank_logs, read_decisions, read_evals
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,11 +93,11 @@ def plot_bench(out_dir: Path | str, png: Path | str | None = None) -> Path:
     plt = _pyplot()
     out_dir = Path(out_dir)
     res = json.loads((out_dir / "results.json").read_text())
-    names = [n for n, m in res["controllers"].items() if "error" not in m and (out_dir / n).is_dir()]
+    names = [n for n, m in res["controllers"].items() if "error" not in m and bench_run_dir(out_dir, n).is_dir()]
     fig, axes = plt.subplots(1 + len(names), 2, figsize=(12, 3.0 * (1 + len(names))), squeeze=False)
     ax = axes[0, 0]
     for n in names:
-        ev = read_evals(out_dir / n / "evals.jsonl")
+        ev = read_evals(bench_run_dir(out_dir, n) / "evals.jsonl")
         if ev:
             ax.plot([e.t for e in ev], [e.acc for e in ev], label=n, lw=1.3)
     ax.axhline(res["target_accuracy"], color="k", ls="--", lw=0.8, label="target")
@@ -114,7 +114,7 @@ def plot_bench(out_dir: Path | str, png: Path | str | None = None) -> Path:
     ax.set_ylabel("time to target (s)")
     ax.set_title(f"time to {res['target_accuracy']:.0%} test accuracy ({res.get('network', '')[:60]})", fontsize=8)
     for i, n in enumerate(names, start=1):
-        _plot_ranks(axes[i, 0], axes[i, 1], out_dir / n, n)
+        _plot_ranks(axes[i, 0], axes[i, 1], bench_run_dir(out_dir, n), n)
     return _save(plt, fig, Path(png) if png else out_dir / "report.png")
 
 

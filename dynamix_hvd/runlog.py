@@ -223,6 +223,14 @@ class EventsWriter:
 
 
 # ============================================================================ readers
+def bench_run_dir(out: Path, name: str, rep: int = 0) -> Path:
+    """The directory of bench entry ``name``'s repeat ``rep`` (0-based) under ``out``
+    (``dynamix bench``): ``NAME``, ``NAME.r1``, ...; a policy path in the name (``ppo=PATH``) is
+    flattened, not a directory of the bench."""
+    safe = name.replace("/", "_")
+    return Path(out) / (safe if rep == 0 else f"{safe}.r{rep}")
+
+
 def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file ([] when it does not exist); cut lines are skipped.
     Untyped: prefer the typed readers below."""

@@ -37,7 +37,7 @@ import numpy as np
 
 from dynamix_hvd.emulate.procs import kill_group
 from dynamix_hvd.emulate.scenario import Scenario, ScenarioError, load_scenario, override
-from dynamix_hvd.runlog import StepRecord, rank_logs, read_decisions, read_evals, read_summary
+from dynamix_hvd.runlog import StepRecord, bench_run_dir, rank_logs, read_decisions, read_evals, read_summary
 from dynamix_hvd.emulate.targets import final_accuracy, format_targets, targets_table
 
 DEFAULT_CONTROLLERS = "static,oracle,proportional,goodput"
@@ -257,8 +257,7 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
         seed = results["seeds"][rep]         # the same for every controller of a repeat (paired)
         for name in run_order(list(controllers), rep):
             t0 = time.time()
-            safe = name.replace("/", "_")        # ppo=PATH: the policy's path is no directory of the bench
-            run_dir = out / (safe if rep == 0 else f"{safe}.r{rep}")
+            run_dir = bench_run_dir(out, name, rep)
             rc, cmd = run_one(sc, scenario_file, controller_spec(name), run_dir, use_netns, until, python, log, engine,
                               seed=seed if seed != sc.seed else None)
             tag = name if repeats == 1 else f"{name} #{rep + 1}"
@@ -276,7 +275,7 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
                 log(f"  {tag}: FAILED (exit {rc}); see {launch_log}\n{tail}")
             results["controllers"] = {n: combine(r) for n, r in runs.items() if r}
             results["accuracy_targets"] = targets_table(
-                {n: [read_evals(out / (n if k == 0 else f"{n}.r{k}") / "evals.jsonl") for k in range(len(r))]
+                {n: [read_evals(bench_run_dir(out, n, k) / "evals.jsonl") for k in range(len(r))]
                  for n, r in runs.items() if r})
             (out / "results.json").write_text(json.dumps(_clean(results), indent=1))
     try:

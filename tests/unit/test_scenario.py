@@ -156,3 +156,11 @@ def test_bench_order_rotates_per_repeat_and_labels_name_the_same_spec():
     assert controller_spec("proportional#twin") == "proportional"
     assert controller_spec("oracle@64:fixed#b") == "oracle@64:fixed"
     assert run_order([], 3) == []
+
+
+def test_bench_run_directories_flatten_a_policy_path():
+    from pathlib import Path
+    from dynamix_hvd.runlog import bench_run_dir
+    assert bench_run_dir(Path("o"), "ppo") == Path("o/ppo")
+    assert bench_run_dir(Path("o"), "proportional#twin", 2) == Path("o/proportional#twin.r2")
+    assert bench_run_dir(Path("o"), "ppo=/a/b.zip#x", 1) == Path("o/ppo=_a_b.zip#x.r1")
