@@ -42,10 +42,8 @@ def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
     """The support of the observations policy ``path`` acts on in ``worlds`` of its training worlds."""
     from dynamix_hvd.controllers.policy.io import load_policy
     from dynamix_hvd.controllers.ppo import PPOController
-    from dynamix_hvd.decide import control_loop
-    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.replay.runner import run_controller
     from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, build_sim, draw_spec
-    from dynamix_hvd.safety import MoveLimits
     _, cfg = load_policy(path)
     if worlds < 1:
         raise ValueError(f"worlds={worlds}: must be >= 1")
@@ -57,7 +55,6 @@ def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
                          (int(n_range[0]), int(n_range[1])), float(cfg.get("perturb_prob", 0.7)),
                          gns_model=str(cfg.get("gns_model", "run")))
         sim = build_sim(spec)
-        sim.reset(spec.seed)
         ctl = PPOController(sim.bounds(), sim.base_batch, policy=path, support=False)
         act = ctl.act
 
@@ -65,9 +62,7 @@ def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
             obs.append(np.array(o, dtype=float))
             return act(o)
         ctl.act = recording_act          # type: ignore[method-assign]
-        for _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch), limits=MoveLimits(),
-                              max_intervals=max_decisions):
-            pass
+        run_controller(sim, "ppo", spec.seed, max_decisions, controller=ctl)
     return fit(obs, observation_columns(cfg), global_columns(), seed, radius_quantile=radius_quantile)
 
 

@@ -82,10 +82,11 @@ class PPOController(Controller):
             raise PolicyLoadError(f"policy file {policy or default_policy_path()}: action config does not match "
                                   "the network's output sizes")
         self.deterministic = deterministic
-        self.members = [self._member(m, cfg) for m in members]
+        loaded = [self._member(m, cfg) for m in members]       # (network, config) of each member
+        self.members = [net for net, _ in loaded]
         # the training support of the policy and of each member (None: not recorded, or support=False)
         self.supports = [self._support(c, p) if support else None
-                         for c, p in [(cfg, policy)] + [(load_policy(m)[1], m) for m in members]]
+                         for c, p in [(cfg, policy)] + [(mcfg, m) for (_, mcfg), m in zip(loaded, members)]]
         self.last_outside: list[tuple[str, float, float, float]] = []
         from dynamix_hvd.controllers.policy.actions import make_anchor
         self.anchor = make_anchor(self.action_config, bounds, base_batch)
@@ -110,8 +111,8 @@ class PPOController(Controller):
             self.reference_goodput_fn = reference_goodput_fn
         self._warm_up()
 
-    def _member(self, path: str | os.PathLike, cfg: dict[str, Any]) -> Any:
-        """The actor network of ensemble member ``path``, which must observe and act as the policy does."""
+    def _member(self, path: str | os.PathLike, cfg: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """(actor network, config) of ensemble member ``path``, which must observe and act as the policy does."""
         pol, mcfg = load_policy(path)
         for key in ("obs", "action", "history"):
             if (mcfg.get(key) or None) != (cfg.get(key) or None):
@@ -122,7 +123,7 @@ class PPOController(Controller):
         if net.n_features != self.net.n_features:
             raise PolicyLoadError(f"policy file {path}: expects {net.n_features - 1} features per worker, "
                                   f"the ensemble's first policy {self.net.n_features - 1}")
-        return net
+        return net, mcfg
 
     def _support(self, cfg: dict[str, Any], path: str | os.PathLike | None) -> Any:
         """The policy's recorded training support (``controllers.policy.support``), or None."""

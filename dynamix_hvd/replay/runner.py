@@ -174,15 +174,16 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
 
 
 def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 200_000,
-                   limits: bool = True) -> dict[str, Any]:
+                   limits: bool = True, controller: Any = None) -> dict[str, Any]:
     """The live hook's loop (``decide.control_loop``) on replayed records: state -> decide ->
     per-decision move limits (``safety.limit_proposal`` with the default ``MoveLimits``, as
     ``decide.Decider``; off with ``limits=False``) -> next_plan -> one interval. No global-batch
-    growth cap: the traces were measured with AdaScale (``lr_rule="adascale"``: unbounded growth)."""
+    growth cap: the traces were measured with AdaScale (``lr_rule="adascale"``: unbounded growth).
+    ``controller``: an instance to run instead of building ``name``'s."""
     from dynamix_hvd.decide import control_loop
     from dynamix_hvd.safety import MoveLimits
     sim.reset(seed)
-    ctl = build_controller(name, sim, seed)
+    ctl = controller if controller is not None else build_controller(name, sim, seed)
     plan = Plan.uniform(sim.n, sim.base_batch)
     Bs = [plan.global_batch]
     for _, plan, _ in control_loop(sim, ctl, sim.bounds(), plan, limits=MoveLimits() if limits else None,
