@@ -237,22 +237,33 @@ class FineTuner:
         """Record ``reward`` for the previous action, sample this decision's action; returns level
         indices (N,) in 0..n_levels-1 and the global-scale index. Never waits for an update."""
         x = self.policy_input(obs)
-        if self._pending is not None:
-            if reward is not None and math.isfinite(reward):
-                px, pa, pv, plp = self._pending
-                self.buffer.add(px[None], pa[None], np.array([reward], dtype=np.float32),
-                                np.array([float(self._episode_start)]), pv, plp)
-                self._episode_start = False
-                self.n_transitions += 1
-            else:
-                self.rewards_missing += 1
-            self._pending = None
+        self._record(reward)
         with self.lock:
             action, value, log_prob = self._sample(x)
         if self.buffer.full:
             self._launch(value)
         self._pending = (x, action, value, log_prob)
         return action[: self.n], int(action[self.n])
+
+    def _record(self, reward: float | None) -> None:
+        """The previous action's transition, with ``reward``, into the rollout buffer."""
+        if self._pending is None:
+            return
+        if reward is not None and math.isfinite(reward):
+            px, pa, pv, plp = self._pending
+            self.buffer.add(px[None], pa[None], np.array([reward], dtype=np.float32),
+                            np.array([float(self._episode_start)]), pv, plp)
+            self._episode_start = False
+            self.n_transitions += 1
+        else:
+            self.rewards_missing += 1
+        self._pending = None
+
+    def skip(self, reward: float | None) -> None:
+        """This decision is not the policy's (the controller's training-support guard took the
+        no-op): ``reward`` closes the previous action's transition and the trajectory ends there."""
+        self._record(reward)
+        self.end_episode()
 
     def end_episode(self) -> None:
         """The decision stream restarts (e.g. a new simulated episode): the action waiting for its

@@ -18,9 +18,10 @@ smallest of their moves.
 
 A policy file that records the observations it was trained on (``dynamix_config["support"]``,
 ``controllers.policy.support``) acts only inside them: for an observation outside that box the
-controller takes the no-op, goodput's plan (``support=False`` ignores the record; fine-tuning,
-which explores, does not consult it). In an ensemble each member answers the no-op outside its own
-support.
+controller takes the no-op, goodput's plan (``support=False`` ignores the record). Fine-tuning
+keeps the guard: outside the support the decision is goodput's and is not a transition the policy
+learns from (its trajectory ends there). In an ensemble each member answers the no-op outside its
+own support.
 """
 from __future__ import annotations
 
@@ -179,6 +180,9 @@ class PPOController(Controller):
         if obs.ndim != 2 or obs.shape[1] != self.net.n_features - 1:
             raise PolicyLoadError(f"observation has shape {obs.shape}; the policy expects (N, {self.net.n_features - 1})")
         if self.finetuner is not None:
+            self.last_outside = self.supports[0].outside(obs) if self.supports[0] is not None else []
+            if self.last_outside:
+                return np.zeros(obs.shape[0]), self.action_config.noop_global
             with self.finetuner.lock:    # weights are swapped under this lock after an update
                 idx, gidx = self.net.act_rows(obs, deterministic=self.deterministic)
         else:
@@ -210,6 +214,10 @@ class PPOController(Controller):
                                            weights=self.reward_weights, bounds=self.bounds, reference=ref)
             reward = self.last_reward["reward"]
         self._prev_sizes = sizes
+        self.last_outside = self.supports[0].outside(obs) if self.supports[0] is not None else []
+        if self.last_outside:      # goodput's plan: not a decision of the policy, not learned from
+            self.finetuner.skip(reward)
+            return np.zeros(obs.shape[0]), self.action_config.noop_global
         idx, gidx = self.finetuner.step(obs, reward)
         return idx.astype(np.float64) - self.action_config.k, gidx
 

@@ -153,7 +153,7 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
     from dynamix_hvd.controllers import make_controller
     bounds = sim.bounds()
     if name.startswith("ppo:"):
-        path, opts = split_policy_spec(name[4:])     # ppo:PATH?trust=0.03, ppo:A+B+C?ensemble=median
+        path, opts = split_policy_spec(name[4:])     # ppo:PATH?trust=0.03, ppo:A+B+C?ensemble=median, ?support=off
         files = policy_files(path)
         kwargs: dict[str, Any] = {"members": files[1:]} if len(files) > 1 else {}
         for kv in filter(None, opts.split("&")):
@@ -161,8 +161,13 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
             if key == "ensemble":
                 kwargs["ensemble"] = value
                 continue
+            if key == "support":        # support=off: ignore the policy's recorded training support
+                if value not in ("on", "off"):
+                    raise ValueError(f"controller {name!r}: support={value!r} (expected on or off)")
+                kwargs["support"] = value == "on"
+                continue
             if key != "trust":
-                raise ValueError(f"controller {name!r}: unknown option {key!r} (known: trust, ensemble)")
+                raise ValueError(f"controller {name!r}: unknown option {key!r} (known: trust, ensemble, support)")
             try:
                 kwargs["trust"] = float(value)
             except ValueError:

@@ -71,7 +71,11 @@ def _same(a, b):
 
 
 def ft_controller(steps=8, **kw):
+    """A fine-tuning controller on the shipped policy. These tests drive it with synthetic states
+    far from the policy's recorded training support, where the guard would take goodput's plan and
+    record nothing (its own test below): the mechanics are tested with the guard off."""
     kw.setdefault("finetune_lr", 1e-3)
+    kw.setdefault("support", False)
     return make_controller("ppo", BOUNDS, 32, finetune=True, finetune_steps=steps, **kw)
 
 
@@ -153,7 +157,8 @@ def test_transitions_hold_the_policy_log_probs_and_the_training_reward():
         assert buf.rewards[t, 0] == pytest.approx(expect, rel=1e-5)
     # the sampled levels are what decide() applied
     a = act.numpy()
-    assert np.all((a[:, :N] >= 0) & (a[:, :N] < 5)) and np.all(a[:, N] < 3)
+    n_scales = len(ctl.action_config.global_scales)
+    assert np.all((a[:, :N] >= 0) & (a[:, :N] < 5)) and np.all((a[:, N] >= 0) & (a[:, N] < n_scales))
 
 
 def test_live_reward_is_the_simulator_reward():
@@ -232,6 +237,23 @@ def test_save_policy_writes_a_loadable_zip(tmp_path):
     assert np.array_equal(la, lb) and ga == gb
 
 
+def test_outside_its_training_support_the_fine_tuned_policy_takes_goodputs_plan_and_learns_nothing():
+    on = make_controller("ppo", BOUNDS, 32, finetune=True, finetune_steps=4)
+    assert on.supports[0] is not None, "the shipped policy records its training support"
+    seq = _states(12, seed=5)
+    reasons = []
+    run(on, seq, on_decide=lambda _dt: reasons.append(on.last_reason))
+    outside = [r for r in reasons if "outside its training support" in r]
+    assert outside, "these synthetic states are outside the shipped policy's support"
+    assert all("global scale 1" in r and "policy levels [0, 0, 0, 0]" in r for r in outside)
+    # only decisions inside the support are transitions of the policy
+    ft = on.finetuner
+    assert ft.n_transitions + ft.rewards_missing <= len(reasons) - len(outside)
+    off = ft_controller(steps=4)       # the guard off: every decision is recorded
+    run(off, seq)
+    assert off.finetuner.n_transitions == len(seq) - 1
+
+
 def test_flag_off_is_the_plain_controller():
     cfg = DynamixConfig(controller="ppo")
     assert cfg.controller_options() == {}
@@ -242,13 +264,17 @@ def test_flag_off_is_the_plain_controller():
     assert run(off, seq)[0] == run(plain, seq)[0]
     assert "finetune" not in off.state_dict() and off.finetune_info() is None
     # fine-tuning on, before any update: the private copy acts (greedily) exactly like the shipped one
-    on = ft_controller()
+    # (the guard off on both: these synthetic states are outside the policy's training support)
+    on, unguarded = ft_controller(), make_controller("ppo", BOUNDS, 32, support=False)
     rng = np.random.default_rng(1)
+    moved = 0
     for _ in range(10):
         obs = plain.observe(_state([32, 36, 28, 32], rng.uniform(1e-3, 4e-3, N)))
-        lp, gp = plain.act(obs)
+        lp, gp = unguarded.act(obs)
         lo, go = on.act(obs)
         assert np.array_equal(lp, lo) and gp == go
+        moved += gp != on.action_config.noop_global
+    assert moved, "the comparison never saw the policy depart from the no-op"
 
 
 def test_global_rngs_untouched_by_sampling_and_updates():

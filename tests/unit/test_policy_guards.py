@@ -10,6 +10,7 @@ from dynamix_hvd.controllers.policy.ensemble import combine, combine_rows
 from dynamix_hvd.controllers.policy.support import Support, fit
 
 H20 = "dynamix_hvd/agent/policies/imitate_h20.zip"
+RESIDUAL = "dynamix_hvd/agent/policies/replay_residual.zip"   # the default until session 35
 
 
 def test_ensemble_rules():
@@ -79,11 +80,10 @@ def test_ensemble_and_support_in_the_controller(tmp_path):
     # an ensemble of one policy with itself acts as the policy
     t_ens, ctl, _ = _episode(spec, f"ppo:{H20}+{H20}?ensemble=consensus")
     assert len(ctl.members) == 1 and t_ens == pytest.approx(t_pol, rel=1e-12)
-    # members must observe and act alike (the shipped default sees features h20 does not)
-    from dynamix_hvd.controllers.policy.io import default_policy_path
+    # members must observe and act alike (the previous default sees features h20 does not)
     sim = build_sim(spec)
-    with pytest.raises(PolicyLoadError, match=f"policy file {default_policy_path()}: its 'obs' config"):
-        build_controller(f"ppo:{H20}+{default_policy_path()}", sim, 0)
+    with pytest.raises(PolicyLoadError, match=f"policy file {RESIDUAL}: its 'obs' config"):
+        build_controller(f"ppo:{H20}+{RESIDUAL}", sim, 0)
     with pytest.raises(ValueError, match="ensemble='mean'"):
         build_controller(f"ppo:{H20}+{H20}?ensemble=mean", sim, 0)
     # a support no observation is inside: every decision is the no-op, i.e. goodput's plan
@@ -98,6 +98,10 @@ def test_ensemble_and_support_in_the_controller(tmp_path):
     from dynamix_hvd.controllers.ppo import PPOController
     sim = build_sim(spec)
     assert PPOController(sim.bounds(), sim.base_batch, policy=path, support=False).supports == [None]
+    t_off, ctl, _ = _episode(spec, f"ppo:{path}?support=off")       # the replay's spelling
+    assert ctl.supports == [None] and t_off == pytest.approx(t_pol, rel=1e-12)
+    with pytest.raises(ValueError, match="support='no'"):
+        build_controller(f"ppo:{path}?support=no", sim, 0)
 
 
 def test_policy_support_command_records_the_training_support(tmp_path, capsys):

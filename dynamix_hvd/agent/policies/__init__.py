@@ -1,6 +1,8 @@
-"""Package data: the shipped default policy (``default.zip``), its training configuration
-(``default.json``) and learning curve (``default_curve.csv`` / ``.png``); the paths are defined
-next to the code that reads them (``controllers.policy``)."""
+"""Package data: the shipped default policy (``default.zip``: the imitation policy ``imitate_h20.zip``
+with its training support recorded) and how it was made (``default.json``); the previous defaults
+stay loadable for comparison (``replay_residual.zip``: session 11's replay-trained residual, with its
+configuration and learning curve; ``sim_anchored.zip``: the simulator-trained one). The paths are
+defined next to the code that reads them (``controllers.policy``)."""
 from __future__ import annotations
 
 from dynamix_hvd.controllers.policy import DEFAULT_POLICY, POLICY_DIR
