@@ -180,8 +180,7 @@ class PPOController(Controller):
         if obs.ndim != 2 or obs.shape[1] != self.net.n_features - 1:
             raise PolicyLoadError(f"observation has shape {obs.shape}; the policy expects (N, {self.net.n_features - 1})")
         if self.finetuner is not None:
-            self.last_outside = self.supports[0].outside(obs) if self.supports[0] is not None else []
-            if self.last_outside:
+            if self._outside_own_support(obs):
                 return np.zeros(obs.shape[0]), self.action_config.noop_global
             with self.finetuner.lock:    # weights are swapped under this lock after an update
                 idx, gidx = self.net.act_rows(obs, deterministic=self.deterministic)
@@ -203,6 +202,12 @@ class PPOController(Controller):
                 gidx = combine([a[1] for a in acts], self.action_config.noop_global, self.ensemble)
         return np.asarray(idx).astype(np.float64) - self.action_config.k, int(gidx)
 
+    def _outside_own_support(self, obs: np.ndarray) -> bool:
+        """Whether ``obs`` is outside the (fine-tuned) policy's recorded training support; the
+        features that left it go to ``last_outside`` for the decision's reason."""
+        self.last_outside = self.supports[0].outside(obs) if self.supports[0] is not None else []
+        return bool(self.last_outside)
+
     def _act_finetune(self, state: ClusterState, obs: np.ndarray) -> tuple[np.ndarray, int]:
         """Reward of the previous action from this state, then a sampled action (recorded)."""
         from dynamix_hvd.controllers.finetune import live_reward
@@ -214,8 +219,7 @@ class PPOController(Controller):
                                            weights=self.reward_weights, bounds=self.bounds, reference=ref)
             reward = self.last_reward["reward"]
         self._prev_sizes = sizes
-        self.last_outside = self.supports[0].outside(obs) if self.supports[0] is not None else []
-        if self.last_outside:      # goodput's plan: not a decision of the policy, not learned from
+        if self._outside_own_support(obs):      # goodput's plan: not the policy's decision, not learned from
             self.finetuner.skip(reward)
             return np.zeros(obs.shape[0]), self.action_config.noop_global
         idx, gidx = self.finetuner.step(obs, reward)
