@@ -35,8 +35,9 @@ from dynamix_hvd.records import ClusterState, GlobalStats, WorkerStats
 
 def finetune_stream(cfg: SimConfig, scenario: str, n: int, updates: int, steps: int, lr: float, epochs: int,
                     seed: int = 0, episodes: int | None = None) -> tuple[object, dict]:
+    # support=False: the simulator's states are outside the replay-trained default's training support
     return finetune_in_sim(cfg, scenario, n, updates=updates, steps=steps, lr=lr, epochs=epochs, seed=seed,
-                           episodes=episodes)
+                           episodes=episodes, support=False)
 
 
 def stream_seeds(seed: int, episodes: int) -> list[int]:

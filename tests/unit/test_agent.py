@@ -205,12 +205,13 @@ def test_wrong_observation_shape_is_a_clear_error(tiny_policy):
         ctl.act(np.zeros((2, 5), dtype=np.float32))
 
 
-def test_shipped_default_policy_loads_if_present():
+def test_shipped_default_policy_loads_and_acts_only_inside_its_training_support():
     from dynamix_hvd.controllers.policy import DEFAULT_POLICY
-    if not DEFAULT_POLICY.is_file():
-        pytest.skip("shipped policy not built yet")
+    assert DEFAULT_POLICY.is_file(), f"the shipped policy {DEFAULT_POLICY} is package data"
     ctl = make_controller("ppo", PlanBounds(max_batch=(256,) * 4), 32)
     assert len(ctl.decide(_state(4, np.random.default_rng(0)))) == 4
+    # since session 35 the default is imitate_h20 with its recorded training support (default.json)
+    assert ctl.supports[0] is not None and ctl.supports[0].columns
 
 
 def test_env_and_controller_rollout_agree(tiny_policy):
