@@ -190,14 +190,24 @@ def test_cli_on_unknown_formats(tmp_path: Path, capsys):
                 f.write(f"0,{w},10,{t},{500 + 100 * w + (t % 7) * 10}\n")
     out = tmp_path / "out.json"
     rc = cli_main(["replay", "--workload", str(tmp_path / "toy"), "--speed-trace", str(pai), "--workers", "12",
-                   "--controllers", "static,goodput,hindsight", "--seeds", "3", "--out", str(out),
+                   "--controllers", "static,goodput,ppo,hindsight", "--seeds", "3", "--out", str(out),
                    "--speeds", "1,2"])
     assert rc == 0
     res = json.loads(out.read_text())
     assert res["workload"] == "toy" and res["workers"] == 12 and res["target_metric"] < 5.0
-    assert set(res["controllers"]) == {"static", "goodput", "hindsight"}
+    assert set(res["controllers"]) == {"static", "goodput", "ppo", "hindsight"}
     for r in res["controllers"].values():
         assert len(r["time_to_target_s"]) == 3 and r["reached_fraction"] == 1.0 and r["median"] > 0
+    # one measured global batch only (the efficiency curve is that run's): every controller still runs
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "validation-90.csv").write_text((tmp_path / "toy" / "validation-90.csv").read_text())
+    (one / "scalability.csv").write_text((tmp_path / "toy" / "scalability.csv").read_text())
+    rc = cli_main(["replay", "--workload", str(one), "--speed-trace", str(pai), "--workers", "1",
+                   "--controllers", "static,proportional,goodput,ppo", "--seeds", "2", "--out", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert all(r["reached_fraction"] == 1.0 for r in res["controllers"].values())
     rc = cli_main(["replay", "--workload", str(tmp_path / "toy"), "--speed-trace", "none", "--workers", "2",
                    "--controllers", "static", "--seeds", "1", "--out", str(out), "--target", "99"])
     assert rc == 2 and "target 99 is not better" in capsys.readouterr().out
