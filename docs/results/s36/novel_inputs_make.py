@@ -1,7 +1,18 @@
-import csv, os, shutil, numpy as np
-S = "/work/shared/traces"
+"""Session 36: workloads and speed traces unlike any in the repository, made from the shipped ones,
+written into the current directory (one_batch/, bert2/, ds_fast/, pai4.csv, cov3.csv).
+
+    python novel_inputs_make.py [TRACES_DIR]    # TRACES_DIR: the shared traces (pollux/, pai/)
+"""
+import csv
+import os
+import shutil
+import sys
+
+import numpy as np
+
+S = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/traces"
 rng = np.random.default_rng(7)
-def copywl(src, dst, keep=None, tscale=1.0, mscale=None):
+def copywl(src, dst, keep=None, tscale=1.0):
     os.makedirs(dst, exist_ok=True)
     for f in os.listdir(src):
         if f.startswith("validation-"):
@@ -22,7 +33,8 @@ def copywl(src, dst, keep=None, tscale=1.0, mscale=None):
 copywl(f"{S}/pollux/cifar10", "one_batch", keep={256}, tscale=3.0)
 # 2: bert with only placements (no scalability) and 2 batches
 copywl(f"{S}/pollux/bert", "bert2", keep={12, 384})
-os.remove("bert2/scalability.csv") if os.path.exists("bert2/scalability.csv") else None
+if os.path.exists("bert2/scalability.csv"):
+    os.remove("bert2/scalability.csv")
 # 3: deepspeech2 fast (0.1x times)
 copywl(f"{S}/pollux/deepspeech2", "ds_fast", tscale=0.1)
 # 4: PAI job with 4 workers, ids 3,5,8,9, some rows dropped
