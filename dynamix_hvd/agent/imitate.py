@@ -43,6 +43,7 @@ from dynamix_hvd.replay.worlds import WorldSpec, draw_spec
 
 
 TIE = 0.01      # the no-op bonus samples are labelled with (expert_label's default)
+TEMPERATURE = 0.02   # soft targets exp(-regret / T) the policy is fitted to (``soft_targets``)
 HORIZON = 0     # decisions of causal_safe after each scale when pricing it (0: one interval, expert_label)
 
 
@@ -196,7 +197,7 @@ def soft_targets(regret: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch: int = 64,
-        lr: float = 1e-3, seed: int = 0, temperature: float = 0.02) -> list[float]:
+        lr: float = 1e-3, seed: int = 0, temperature: float = TEMPERATURE) -> list[float]:
     """Cross-entropy of the global-scale soft targets (``soft_targets`` of the regrets) plus, per
     valid row, of "no change" (the actor's logits, ``RowNet.actor_logits``), Adam. Returns the
     mean loss per epoch."""
@@ -306,9 +307,9 @@ class Trainer:
     def policy(self) -> Any:
         return self.model.policy
 
-    def fit(self, samples: Sequence[Sample], epochs: int, seed: int = 0) -> list[float]:
+    def fit(self, samples: Sequence[Sample], epochs: int, seed: int = 0, temperature: float = TEMPERATURE) -> list[float]:
         self.model.policy.load_state_dict(self._init)       # from scratch on the aggregate
-        return fit(self.model.policy, samples, self.cfg.action.k, epochs=epochs, seed=seed)
+        return fit(self.model.policy, samples, self.cfg.action.k, epochs=epochs, seed=seed, temperature=temperature)
 
     def save(self, out: str | Path, curve: Sequence[Sequence[float]], meta: dict[str, Any]) -> dict[str, Any]:
         from dynamix_hvd.agent.run_files import save_run
@@ -322,14 +323,14 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                     epochs: int = 20, hidden: int = 64, tie: float = TIE, max_decisions: int = 600,
                     every: int = 1, verbose: bool = True, command: str = "",
                     samples: Sequence[Sample] = (), horizon: int = HORIZON,
-                    save_samples_to: str | Path | None = None) -> dict[str, Any]:
+                    save_samples_to: str | Path | None = None, temperature: float = TEMPERATURE) -> dict[str, Any]:
     """DAgger with ``iters`` iterations (the first rolls the expert out, unless ``samples``
     already hold expert roll-outs: then every iteration rolls the policy out); saves the policy
     like ``replay_train.train_replay`` (zip + json + curve) and, with ``save_samples_to``, the
     final aggregate (``save_samples``)."""
-    if horizon < 0 or iters < 0 or worlds_per_iter < 1:
-        raise ValueError(f"train_imitation: horizon={horizon}, iters={iters}, worlds_per_iter={worlds_per_iter}: "
-                         "need horizon >= 0, iters >= 0, worlds_per_iter >= 1")
+    if horizon < 0 or iters < 0 or worlds_per_iter < 1 or not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"train_imitation: horizon={horizon}, iters={iters}, worlds_per_iter={worlds_per_iter}, "
+                         f"temperature={temperature}: need horizon >= 0, iters >= 0, worlds_per_iter >= 1, temperature > 0")
     tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter,
                                      "horizon": horizon})
     rng = np.random.default_rng([seed, 5151])
@@ -339,7 +340,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
     t0 = time.perf_counter()
     start_fit: dict[str, Any] | None = None
     if data:
-        losses = tr.fit(data, epochs, seed)
+        losses = tr.fit(data, epochs, seed, temperature)
         start_fit = {"samples": len(data), "final_loss": losses[-1], "train_accuracy": accuracy(tr.policy, data),
                      "wall_s": round(time.perf_counter() - t0, 1)}
         if verbose:
@@ -353,7 +354,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                               horizon)
             data.extend(s)
             moved += sum(x.label != cfg.action.noop_global for x in s)
-        losses = tr.fit(data, epochs, seed + it)
+        losses = tr.fit(data, epochs, seed + it, temperature)
         labels = np.bincount([x.label for x in data], minlength=len(cfg.action.global_scales))
         acc = accuracy(tr.policy, data)
         log.append({"iter": it, "worlds": len(worlds), "samples": len(data), "moved_labels": int(moved),
@@ -372,7 +373,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                                         global_columns(), seed).to_dict()
     return tr.save(out, curve, {"world": "replay", "method": "imitate (DAgger, expert causal_safe)",
                                 "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "tie": tie,
-                                "horizon": horizon,
+                                "horizon": horizon, "temperature": temperature,
                                 "start_samples": len(samples), "start_fit": start_fit,
                                 "wall_s": round(time.perf_counter() - t0, 1),
                                 "dagger": log, "command": command})

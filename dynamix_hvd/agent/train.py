@@ -68,6 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--horizon", type=int, default=0,
                    help="replay, imitate: price each scale by that many further decisions of causal_safe "
                         "(imitate.lookahead_label; 0: the one-interval regret)")
+    r.add_argument("--temperature", type=float, default=0.02,
+                   help="replay, imitate: the policy is fitted to exp(-regret / T) over the scales (imitate.soft_targets); "
+                        "small T = the expert's label")
     r.add_argument("--save-samples", default="",
                    help="replay, imitate: write the final DAgger aggregate here (imitate.save_samples, .npz): "
                         "refits and ablations start from it with --samples and --dagger-iters 0")
@@ -182,6 +185,7 @@ def _run_replay(args: argparse.Namespace) -> int:
                                worlds_per_iter=args.worlds_per_iter, epochs=args.epochs, hidden=args.hidden,
                                tie=args.noop_bonus, samples=start, horizon=args.horizon,
                                save_samples_to=args.save_samples or None, verbose=not args.quiet,
+                               temperature=args.temperature,
                                command="dynamix " + " ".join(sys.argv[1:]))
         last = meta["dagger"][-1] if meta["dagger"] else "none (fitted to --samples)"
         print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {last}")

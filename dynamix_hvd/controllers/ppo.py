@@ -25,6 +25,7 @@ own support.
 """
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -46,7 +47,8 @@ class PPOController(Controller):
                  deterministic: bool = True, seed: int = 0, finetune: bool = False, finetune_steps: int = 32,
                  finetune_lr: float = 1e-4, finetune_epochs: int = 4, finetune_seed: int | None = None,
                  reference_goodput_fn: Callable[[ClusterState], float] | None = None, trust: float = 0.0,
-                 members: Sequence[str | os.PathLike] = (), ensemble: str = "consensus", support: bool = True) -> None:
+                 members: Sequence[str | os.PathLike] = (), ensemble: str = "consensus", support: bool = True,
+                 margin: float = 0.0) -> None:
         super().__init__(bounds, base_batch)
         from dynamix_hvd.controllers.policy.ensemble import RULES
         if ensemble not in RULES:
@@ -60,6 +62,10 @@ class PPOController(Controller):
         # goodput anchor: a global scale other than the no-op is taken only where the goodput
         # model predicts at most this relative loss of goodput for it (0: off)
         self.trust = float(trust)
+        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0.0):
+            raise ValueError(f"margin={margin!r}: a number >= 0 (0: off)")
+        # a global scale other than the no-op only where its logit beats the no-op's by this (0: off)
+        self.margin = float(margin)
         from dynamix_hvd.controllers.policy.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig
         import torch
@@ -193,7 +199,8 @@ class PPOController(Controller):
                     self.last_outside.extend(out)
                     acts.append((np.full(obs.shape[0], self.action_config.k), self.action_config.noop_global))
                 else:
-                    acts.append(net.act_rows(obs, deterministic=self.deterministic))
+                    acts.append(net.act_rows(obs, deterministic=self.deterministic, margin=self.margin,
+                                             noop=self.action_config.noop_global))
             if len(acts) == 1:
                 idx, gidx = acts[0]
             else:

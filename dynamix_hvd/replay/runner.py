@@ -166,12 +166,12 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
                     raise ValueError(f"controller {name!r}: support={value!r} (expected on or off)")
                 kwargs["support"] = value == "on"
                 continue
-            if key != "trust":
-                raise ValueError(f"controller {name!r}: unknown option {key!r} (known: trust, ensemble, support)")
+            if key not in ("trust", "margin"):
+                raise ValueError(f"controller {name!r}: unknown option {key!r} (known: trust, margin, ensemble, support)")
             try:
-                kwargs["trust"] = float(value)
+                kwargs[key] = float(value)
             except ValueError:
-                raise ValueError(f"controller {name!r}: trust={value!r} is not a number") from None
+                raise ValueError(f"controller {name!r}: {key}={value!r} is not a number") from None
         return make_controller("ppo", bounds, sim.base_batch, policy=files[0] if files else None, **kwargs)
     if name == "random":
         return make_controller("random", bounds, sim.base_batch, seed=seed)

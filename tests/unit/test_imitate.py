@@ -175,3 +175,8 @@ def test_a_policy_fitted_to_saved_samples_alone(tmp_path):
     meta = train_imitation(cfg, 1, tmp_path / "b.zip", iters=0, epochs=2, verbose=False, samples=saved)
     assert meta["dagger"] == [] and meta["start_fit"]["samples"] == len(saved) > 0
     assert 0.0 <= meta["start_fit"]["train_accuracy"] <= 1.0 and (tmp_path / "b.zip").exists()
+    sharp = train_imitation(cfg, 1, tmp_path / "c.zip", iters=0, epochs=2, verbose=False, samples=saved,
+                            temperature=1e-4)
+    assert sharp["temperature"] == 1e-4 and meta["temperature"] == 0.02
+    with pytest.raises(ValueError, match="temperature=0"):
+        train_imitation(cfg, 1, tmp_path / "d.zip", iters=0, samples=saved, temperature=0.0)

@@ -255,3 +255,23 @@ def test_trust_keeps_the_policy_to_departures_the_goodput_model_calls_near_ties(
         build_controller(f"ppo:{pol}?trsut=0.1", sim, 0)
     with pytest.raises(ValueError, match="trust=1.5"):
         build_controller(f"ppo:{pol}?trust=1.5", sim, 0)
+
+
+def test_margin_keeps_the_policy_to_confident_departures():
+    """PPO with ``margin`` takes a global scale other than the no-op only where its logit beats
+    the no-op's by that much: with an unreachable margin the anchored policy is goodput, step for
+    step (the no-op is goodput's plan), and without one it departs on this world; a bad margin
+    is refused by name."""
+    from dynamix_hvd.replay.runner import build_controller, run_controller
+    pol = "dynamix_hvd/agent/policies/imitate_h20.zip"
+    spec = WorldSpec("cifar10", 8, "none", 5)
+    good = run_controller(build_sim(spec), "goodput", spec.seed)["time_to_target_s"]
+    never = run_controller(build_sim(spec), f"ppo:{pol}?margin=1e9", spec.seed)["time_to_target_s"]
+    free = run_controller(build_sim(spec), f"ppo:{pol}", spec.seed)["time_to_target_s"]
+    assert never == pytest.approx(good, rel=1e-9)
+    assert free != pytest.approx(good, rel=1e-6)
+    sim = build_sim(spec)
+    with pytest.raises(ValueError, match="margin=-1"):
+        build_controller(f"ppo:{pol}?margin=-1", sim, 0)
+    with pytest.raises(ValueError, match="margin='x'"):
+        build_controller(f"ppo:{pol}?margin=x", sim, 0)

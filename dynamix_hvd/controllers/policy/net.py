@@ -109,11 +109,18 @@ class RowNet(nn.Module):
         h = np.tanh(e @ wh0[:f] + (g @ wh0[f:] + bh0))      # [e_i, g] @ W without building the concat
         return h @ wh1 + bh1, g @ wg + bg
 
-    def act_rows(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, int]:
-        """Actions for an (N, F) unpadded observation: level indices (N,) and the global index."""
+    def act_rows(self, obs: np.ndarray, deterministic: bool = True, margin: float = 0.0,
+                 noop: int | None = None) -> tuple[np.ndarray, int]:
+        """Actions for an (N, F) unpadded observation: level indices (N,) and the global index.
+        Deterministic, with ``margin`` > 0 and the no-op's index ``noop``: the global index is the
+        no-op unless the best logit exceeds the no-op's by ``margin`` (a policy fitted to
+        exp(-regret / T) then departs only where it predicts a gain of about ``margin`` x T)."""
         if deterministic:
             row, glob = self.actor_logits_numpy(obs)
-            return row.argmax(-1), int(glob.argmax())
+            g = int(glob.argmax())
+            if margin > 0 and noop is not None and g != noop and glob[g] - glob[noop] < margin:
+                g = noop
+            return row.argmax(-1), g
         return self._sample_rows(obs)
 
     @th.no_grad()
