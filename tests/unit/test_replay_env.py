@@ -271,7 +271,7 @@ def test_margin_keeps_the_policy_to_confident_departures():
     assert never == pytest.approx(good, rel=1e-9)
     assert free != pytest.approx(good, rel=1e-6)
     sim = build_sim(spec)
-    with pytest.raises(ValueError, match="margin=-1"):
-        build_controller(f"ppo:{pol}?margin=-1", sim, 0)
+    with pytest.raises(ValueError, match="margin=inf"):
+        build_controller(f"ppo:{pol}?margin=inf", sim, 0)
     with pytest.raises(ValueError, match="margin='x'"):
         build_controller(f"ppo:{pol}?margin=x", sim, 0)

@@ -1,0 +1,39 @@
+"""benchmarks/departure_auc.py: its AUC and its classifier, on data with a known answer."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "departure_auc", Path(__file__).resolve().parents[2] / "benchmarks" / "departure_auc.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_auc_matches_the_pairwise_definition():
+    rng = np.random.default_rng(0)
+    s = np.round(rng.normal(size=60), 1)          # ties on purpose
+    y = (rng.random(60) < 0.3).astype(int)
+    pos, neg = s[y == 1], s[y == 0]
+    pairs = np.mean([(p > n) + 0.5 * (p == n) for p in pos for n in neg])
+    assert bench.auc(s, y) == pytest.approx(pairs, abs=1e-12)
+    assert bench.auc(np.arange(4.0), np.array([0, 0, 1, 1])) == 1.0
+    assert bench.auc(np.arange(4.0), np.array([1, 1, 0, 0])) == 0.0
+    assert math.isnan(bench.auc(np.arange(3.0), np.zeros(3, int)))
+
+
+def test_classifier_finds_a_feature_that_decides_and_not_one_that_does_not():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 3))
+    y = (X[:, 1] > 0.5).astype(int)
+    for hidden in (0, 16):
+        score = bench.fit_predict(X[:300], y[:300], X[300:], hidden)
+        assert bench.auc(score, y[300:]) > 0.95
+    noise = rng.normal(size=(400, 3))
+    score = bench.fit_predict(noise[:300], y[:300], noise[300:], 0)
+    assert abs(bench.auc(score, y[300:]) - 0.5) < 0.2
+
