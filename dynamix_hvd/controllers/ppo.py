@@ -62,9 +62,9 @@ class PPOController(Controller):
         # goodput anchor: a global scale other than the no-op is taken only where the goodput
         # model predicts at most this relative loss of goodput for it (0: off)
         self.trust = float(trust)
-        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0.0):
-            raise ValueError(f"margin={margin!r}: a number >= 0 (0: off)")
-        # a global scale other than the no-op only where its logit beats the no-op's by this (0: off)
+        if not (isinstance(margin, (int, float)) and math.isfinite(margin)):
+            raise ValueError(f"margin={margin!r}: a finite number (0: off)")
+        # the best global scale other than the no-op where its logit beats the no-op's by this (0: the argmax)
         self.margin = float(margin)
         from dynamix_hvd.controllers.policy.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig

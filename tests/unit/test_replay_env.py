@@ -258,8 +258,8 @@ def test_trust_keeps_the_policy_to_departures_the_goodput_model_calls_near_ties(
 
 
 def test_margin_keeps_the_policy_to_confident_departures():
-    """PPO with ``margin`` takes a global scale other than the no-op only where its logit beats
-    the no-op's by that much: with an unreachable margin the anchored policy is goodput, step for
+    """PPO with ``margin`` takes its best global scale other than the no-op only where that logit
+    beats the no-op's by ``margin``: with an unreachable margin the anchored policy is goodput, step for
     step (the no-op is goodput's plan), and without one it departs on this world; a bad margin
     is refused by name."""
     from dynamix_hvd.replay.runner import build_controller, run_controller
@@ -270,6 +270,10 @@ def test_margin_keeps_the_policy_to_confident_departures():
     free = run_controller(build_sim(spec), f"ppo:{pol}", spec.seed)["time_to_target_s"]
     assert never == pytest.approx(good, rel=1e-9)
     assert free != pytest.approx(good, rel=1e-6)
+    # a negative margin departs where the no-op's logit is the best by less than that: with an
+    # unreachable one, at every decision inside the support, so the run differs from the argmax's
+    always = run_controller(build_sim(spec), f"ppo:{pol}?margin=-1e9", spec.seed)["time_to_target_s"]
+    assert always != pytest.approx(free, rel=1e-6) and always != pytest.approx(good, rel=1e-6)
     sim = build_sim(spec)
     with pytest.raises(ValueError, match="margin=inf"):
         build_controller(f"ppo:{pol}?margin=inf", sim, 0)

@@ -112,14 +112,18 @@ class RowNet(nn.Module):
     def act_rows(self, obs: np.ndarray, deterministic: bool = True, margin: float = 0.0,
                  noop: int | None = None) -> tuple[np.ndarray, int]:
         """Actions for an (N, F) unpadded observation: level indices (N,) and the global index.
-        Deterministic, with ``margin`` > 0 and the no-op's index ``noop``: the global index is the
-        no-op unless the best logit exceeds the no-op's by ``margin`` (a policy fitted to
-        exp(-regret / T) then departs only where it predicts a gain of about ``margin`` x T)."""
+        Deterministic, with the no-op's index ``noop`` and a ``margin`` other than 0: the global
+        index is the best other one where its logit exceeds the no-op's by at least ``margin``,
+        else the no-op (a policy fitted to exp(-regret / T) then departs where it predicts a gain
+        of about ``margin`` x T; a negative margin departs where it predicts a loss below that)."""
         if deterministic:
             row, glob = self.actor_logits_numpy(obs)
             g = int(glob.argmax())
-            if margin > 0 and noop is not None and g != noop and glob[g] - glob[noop] < margin:
-                g = noop
+            if margin != 0 and noop is not None:
+                other = glob.copy()
+                other[noop] = -np.inf
+                best = int(other.argmax())
+                g = best if glob[best] - glob[noop] >= margin else noop
             return row.argmax(-1), g
         return self._sample_rows(obs)
 
