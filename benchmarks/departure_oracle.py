@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import time
 from pathlib import Path
 
 import numpy as np
+
+from dynamix_hvd.perfmodel import efficiency
 
 _spec = importlib.util.spec_from_file_location("departure_auc", Path(__file__).resolve().parent / "departure_auc.py")
 dauc = importlib.util.module_from_spec(_spec)
@@ -46,30 +47,22 @@ def true_log_rate(sim, B: float, ratios=(1.25, 0.8)) -> np.ndarray:
 
 
 def true_log_eff(sim, B: float, ratios=(1.25, 0.8)) -> np.ndarray:
-    """log of the true efficiency of r x B over B at the current level (samples to the next
-    level at B over those at r x B)."""
-    Bs = np.array([B] + [r * B for r in ratios])
-    cum = sim.pm.cum_for(Bs)
-    k = min(int(sim.P), sim.pm.n_levels - 1)
-    seg = cum[:, k + 1] - cum[:, k]
-    if not (np.isfinite(seg).all() and (seg > 0).all()):
-        return np.full(len(ratios), np.nan)
-    return np.log(seg[0] / seg[1:])
+    """log of the true efficiency of r x B over B at the current level
+    (``ProgressModel.level_efficiency``); NaN where a batch does not reach the next level."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(sim.pm.level_efficiency(sim.P, B, [r * B for r in ratios]))
 
 
 def model_log_eff(phi: float, B: float, ratios=(1.25, 0.8)) -> np.ndarray:
-    if not (math.isfinite(phi) and phi > 0):
-        return np.zeros(len(ratios))
-    return np.array([math.log((phi + B) / (phi + r * B)) for r in ratios])
+    """log of goodput's efficiency model of r x B over B (``perfmodel.efficiency``; 0 without a noise scale)."""
+    return np.log([efficiency(r * B, B, phi) for r in ratios])
 
 
 def collect(worlds: int, seed: int, horizon: int) -> dict[str, np.ndarray]:
     from dynamix_hvd.agent.imitate import TIE, draw_worlds, lookahead_label
     from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
-    from dynamix_hvd.controllers.policy.actions import ActionConfig
     from dynamix_hvd.state import ObsConfig
-    cfg = ReplayEnvConfig(history=0, obs=ObsConfig(frozenset({"system", "network"})),
-                          action=ActionConfig(global_scales=(0.5, 0.8, 1.0, 1.25, 1.6, 2.0, 3.0)))
+    cfg = ReplayEnvConfig(history=0, obs=ObsConfig(frozenset({"system", "network"})))   # the recipe's observation and scales
     env = ReplayEnv(cfg)
     rng = np.random.default_rng([seed, 37])
     X, F, R, W = [], [], [], []

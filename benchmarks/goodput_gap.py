@@ -292,12 +292,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
         orig, orig_predict = gmod.efficiency_array, gmod.GoodputController.predict
 
         def true_efficiency(B, ref, phi):
-            Bv = np.atleast_1d(np.asarray(B, dtype=float))
-            cum = sim.pm.cum_for(np.concatenate([[ref], Bv]))
-            k = min(int(sim.P), sim.pm.n_levels - 1)
-            seg = cum[:, k + 1] - cum[:, k]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                e = np.where(np.isfinite(seg[1:]) & (seg[1:] > 0), seg[0] / seg[1:], 0.0)
+            e = np.nan_to_num(sim.pm.level_efficiency(sim.P, ref, B), nan=0.0, posinf=np.inf)
             return e if np.ndim(B) else float(e[0])
 
         def true_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares=None):

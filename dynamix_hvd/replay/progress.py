@@ -201,6 +201,17 @@ class ProgressModel:
         f2 = (s - c0) / (c1 - c0) if math.isfinite(c1) and c1 > c0 else 0.0
         return max(P, min(k2 + f2, float(K)))
 
+    def level_efficiency(self, P: float, B_ref: float, batches: Sequence[float] | np.ndarray) -> np.ndarray:
+        """The true statistical efficiency of each global batch relative to ``B_ref`` at progress
+        ``P``: samples from the current level to the next at ``B_ref`` over those at B (NaN where
+        B does not reach the next level). Unlike Pollux's ``(phi + B_ref) / (phi + B)`` it can
+        exceed 1 for B > B_ref where the measured runs say so."""
+        cum = self.cum_for(np.concatenate([[float(B_ref)], np.atleast_1d(np.asarray(batches, dtype=float))]))
+        k = min(int(P), self.n_levels - 1)
+        seg = cum[:, k + 1] - cum[:, k]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(np.isfinite(seg[1:]) & (seg[1:] > 0), seg[0] / seg[1:], np.nan)
+
     def metric_at(self, P: float) -> float:
         K = self.n_levels
         k = min(int(P), K - 1)
