@@ -111,30 +111,53 @@ def time_to_level(traj: np.ndarray, level: float) -> float:
     return float(t[i - 1] + (t[i] - t[i - 1]) * (level - p[i - 1]) / (p[i] - p[i - 1]))
 
 
-def lookahead_label(env: ReplayEnv, horizon: int, tie: float = TIE) -> tuple[int, np.ndarray]:
+CONTINUATIONS = ("causal", "goodput", "policy")   # who decides after the priced scale (lookahead_label)
+
+
+def policy_action(policy: Any, env: ReplayEnv, obs: np.ndarray) -> np.ndarray:
+    """The env action of a policy's deterministic act (``PPOController.act``) on ``obs``."""
+    n, cfg = env.sim.n, env.cfg
+    rows, g = policy.mlp_extractor.act_rows(obs[:n, 1:])
+    return np.concatenate([rows, np.full(cfg.n_max - n, cfg.action.k), [g]])
+
+
+def lookahead_label(env: ReplayEnv, horizon: int, tie: float = TIE, continuation: str = "causal",
+                    policy: Any = None) -> tuple[int, np.ndarray]:
     """``expert_label`` with each scale priced by what it leads to (AggreVaTe, Ross & Bagnell
-    2014): the scale is taken through the live decision path on a copy of the env, then
-    ``causal_safe`` (``oracle.causal_safe_step``) decides the next ``horizon`` intervals. The
-    branches are compared at the least progress they all reach: regret of scale j =
+    2014): the scale is taken through the live decision path on a copy of the env, then the
+    ``continuation`` decides the next ``horizon`` intervals: ``causal`` is ``causal_safe``
+    (``oracle.causal_safe_step``: the true curves, which the learner never sees), ``goodput``
+    the policy's no-op (the goodput controller: labels of one step of policy improvement on
+    goodput, a departure priced by what the job does after it when nobody knows the curves),
+    ``policy`` the learner's own deterministic act (``policy``; goodput while there is none).
+    The branches are compared at the least progress they all reach: regret of scale j =
     t_j / t_best - 1 for the time that took (so a move that strands the run behind the safety
     hold pays for the hold). Scales that lead to the same global batch share a branch."""
+    if continuation not in CONTINUATIONS:
+        raise ValueError(f"continuation={continuation!r}: expected one of {CONTINUATIONS}")
     if horizon <= 0:
         return expert_label(env, tie)
     Bj = scale_outcomes(env)
     uniq, inv = np.unique(Bj, return_inverse=True)
     grid = candidate_batches(env.sim)
+    cfg = env.cfg
+    noop = np.concatenate([np.full(cfg.n_max, cfg.action.k), [cfg.action.noop_global]])
     trajs = []
     for B in uniq:
         br = _branch(env)
         j = int(np.flatnonzero(Bj == B)[0])
         t0 = br.sim.time
-        br.step(np.concatenate([np.full(env.cfg.n_max, env.cfg.action.k), [j]]))
+        obs = br.step(np.concatenate([np.full(cfg.n_max, cfg.action.k), [j]]))[0]
         traj = [(0.0, env.sim.P), (br.sim.time - t0, br.sim.P)]
         B_cur = float(sum(br.plan.batch_sizes))
         for _ in range(horizon):
             if br.sim.done:
                 break
-            B_cur = float(causal_safe_step(br.sim, B_cur, grid, br.limits).sum())
+            if continuation == "causal":
+                B_cur = float(causal_safe_step(br.sim, B_cur, grid, br.limits).sum())
+            else:
+                obs = br.step(noop if policy is None or continuation == "goodput"
+                              else policy_action(policy, br, obs))[0]
             traj.append((br.sim.time - t0, br.sim.P))
         trajs.append(np.asarray(traj))
     level = min(float(tr[-1, 1]) for tr in trajs)
@@ -153,10 +176,12 @@ class Sample:
 
 
 def rollout(env: ReplayEnv, spec: WorldSpec, policy: Any = None, max_decisions: int = 600,
-            every: int = 1, tie: float = TIE, horizon: int = HORIZON) -> tuple[list[Sample], float, bool]:
+            every: int = 1, tie: float = TIE, horizon: int = HORIZON,
+            continuation: str = "causal") -> tuple[list[Sample], float, bool]:
     """One episode in ``spec``'s world driven by the expert (``policy`` None) or by ``policy``
     (deterministic); every ``every``-th state is labelled by the expert (``lookahead_label`` with
-    ``horizon``; 0 is ``expert_label``). Returns (samples, simulated time, reached)."""
+    ``horizon`` and ``continuation``, the ``policy`` continuing where that is ``policy``; 0 is
+    ``expert_label``). Returns (samples, simulated time, reached)."""
     obs, _ = env.reset(options={"spec": spec, "goodput_s": 1.0, "goodput_decisions": max_decisions // 3 + 1})
     n, cfg = env.sim.n, env.cfg
     samples: list[Sample] = []
@@ -164,14 +189,13 @@ def rollout(env: ReplayEnv, spec: WorldSpec, policy: Any = None, max_decisions: 
     while True:
         label = None
         if policy is None or t % every == 0:      # the expert's label drives its own roll-out
-            label, reg = lookahead_label(env, horizon, tie)
+            label, reg = lookahead_label(env, horizon, tie, continuation, policy)
         if t % every == 0:
             samples.append(Sample(obs[:n].astype(np.float32), label, reg.astype(np.float32), spec.label()))
         if policy is None:
             a = np.concatenate([np.full(cfg.n_max, cfg.action.k), [label]])
         else:              # the live controller's deterministic act (PPOController.act)
-            rows, g = policy.mlp_extractor.act_rows(obs[:n, 1:])
-            a = np.concatenate([rows, np.full(cfg.n_max - n, cfg.action.k), [g]])
+            a = policy_action(policy, env, obs)
         obs, _, term, trunc, info = env.step(a)
         t += 1
         if term or trunc:
@@ -323,16 +347,19 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                     epochs: int = 20, hidden: int = 64, tie: float = TIE, max_decisions: int = 600,
                     every: int = 1, verbose: bool = True, command: str = "",
                     samples: Sequence[Sample] = (), horizon: int = HORIZON,
-                    save_samples_to: str | Path | None = None, temperature: float = TEMPERATURE) -> dict[str, Any]:
+                    save_samples_to: str | Path | None = None, temperature: float = TEMPERATURE,
+                    continuation: str = "causal") -> dict[str, Any]:
     """DAgger with ``iters`` iterations (the first rolls the expert out, unless ``samples``
     already hold expert roll-outs: then every iteration rolls the policy out); saves the policy
     like ``replay_train.train_replay`` (zip + json + curve) and, with ``save_samples_to``, the
     final aggregate (``save_samples``)."""
+    if continuation not in CONTINUATIONS:
+        raise ValueError(f"train_imitation: continuation={continuation!r}: expected one of {CONTINUATIONS}")
     if horizon < 0 or iters < 0 or worlds_per_iter < 1 or not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"train_imitation: horizon={horizon}, iters={iters}, worlds_per_iter={worlds_per_iter}, "
                          f"temperature={temperature}: need horizon >= 0, iters >= 0, worlds_per_iter >= 1, temperature > 0")
     tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter,
-                                     "horizon": horizon})
+                                     "horizon": horizon, "continuation": continuation})
     rng = np.random.default_rng([seed, 5151])
     data: list[Sample] = with_noop_bonus(with_observation(samples, cfg), max(0.0, tie - TIE), cfg.action.noop_global)
     curve: list[tuple[int, float, float, float]] = []
@@ -351,7 +378,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
         moved = 0
         for spec in worlds:
             s, _, _ = rollout(tr.env, spec, None if (it == 0 and not data) else tr.policy, max_decisions, every, tie,
-                              horizon)
+                              horizon, continuation)
             data.extend(s)
             moved += sum(x.label != cfg.action.noop_global for x in s)
         losses = tr.fit(data, epochs, seed + it, temperature)
@@ -373,7 +400,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                                         global_columns(), seed).to_dict()
     return tr.save(out, curve, {"world": "replay", "method": "imitate (DAgger, expert causal_safe)",
                                 "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "tie": tie,
-                                "horizon": horizon, "temperature": temperature,
+                                "horizon": horizon, "temperature": temperature, "continuation": continuation,
                                 "start_samples": len(samples), "start_fit": start_fit,
                                 "wall_s": round(time.perf_counter() - t0, 1),
                                 "dagger": log, "command": command})

@@ -68,6 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--horizon", type=int, default=0,
                    help="replay, imitate: price each scale by that many further decisions of causal_safe "
                         "(imitate.lookahead_label; 0: the one-interval regret)")
+    r.add_argument("--continuation", default="causal", choices=["causal", "goodput", "policy"],
+                   help="replay, imitate, --horizon > 0: who decides the further decisions a scale is priced by: "
+                        "causal_safe (the true curves), goodput (the no-op), or the policy being trained "
+                        "(imitate.lookahead_label)")
     r.add_argument("--temperature", type=float, default=0.02,
                    help="replay, imitate: the policy is fitted to exp(-regret / T) over the scales (imitate.soft_targets); "
                         "small T = the expert's label")
@@ -185,7 +189,7 @@ def _run_replay(args: argparse.Namespace) -> int:
                                worlds_per_iter=args.worlds_per_iter, epochs=args.epochs, hidden=args.hidden,
                                tie=args.noop_bonus, samples=start, horizon=args.horizon,
                                save_samples_to=args.save_samples or None, verbose=not args.quiet,
-                               temperature=args.temperature,
+                               temperature=args.temperature, continuation=args.continuation,
                                command="dynamix " + " ".join(sys.argv[1:]))
         last = meta["dagger"][-1] if meta["dagger"] else "none (fitted to --samples)"
         print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {last}")

@@ -180,3 +180,37 @@ def test_a_policy_fitted_to_saved_samples_alone(tmp_path):
     assert sharp["temperature"] == 1e-4 and meta["temperature"] == 0.02
     with pytest.raises(ValueError, match="temperature=0"):
         train_imitation(cfg, 1, tmp_path / "d.zip", iters=0, samples=saved, temperature=0.0)
+
+
+def _always(g):
+    class P:
+        class mlp_extractor:
+            @staticmethod
+            def act_rows(obs):
+                return np.full(obs.shape[0], CFG.action.k), g
+    return P
+
+
+def _env_after(spec: WorldSpec, decisions: int) -> ReplayEnv:
+    env = _env_at_start(spec)
+    noop = np.concatenate([np.full(CFG.n_max, CFG.action.k), [CFG.action.noop_global]])
+    for _ in range(decisions):
+        env.step(noop)
+    return env
+
+
+def test_the_continuation_prices_a_scale_by_what_follows_it():
+    """``continuation``: goodput's no-op after the priced scale is the policy continuation of a
+    policy that always picks the no-op (and of no policy); a policy that always grows, or the
+    causal oracle, continuing gives other prices; the env is not changed by any of them."""
+    env = _env_after(WorldSpec("cifar10", 8, "none", 5), 60)
+    P, t = env.sim.P, env.sim.time
+    g = lookahead_label(env, 6, continuation="goodput")
+    assert np.array_equal(g[1], lookahead_label(env, 6, continuation="policy", policy=_always(CFG.action.noop_global))[1])
+    assert np.array_equal(g[1], lookahead_label(env, 6, continuation="policy")[1])
+    up = lookahead_label(env, 6, continuation="policy", policy=_always(len(CFG.action.global_scales) - 1))
+    c = lookahead_label(env, 6, continuation="causal")
+    assert not np.allclose(g[1], up[1]) and not np.allclose(g[1], c[1])
+    assert (env.sim.P, env.sim.time) == (P, t)
+    with pytest.raises(ValueError, match="continuation='oracle'"):
+        lookahead_label(env, 6, continuation="oracle")
