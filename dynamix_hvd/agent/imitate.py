@@ -358,8 +358,10 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
     if horizon < 0 or iters < 0 or worlds_per_iter < 1 or not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"train_imitation: horizon={horizon}, iters={iters}, worlds_per_iter={worlds_per_iter}, "
                          f"temperature={temperature}: need horizon >= 0, iters >= 0, worlds_per_iter >= 1, temperature > 0")
+    # a run with the default continuation records what runs before it did (its files stay byte for byte)
+    other = {} if continuation == "causal" else {"continuation": continuation}
     tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter,
-                                     "horizon": horizon, "continuation": continuation})
+                                     "horizon": horizon, **other})
     rng = np.random.default_rng([seed, 5151])
     data: list[Sample] = with_noop_bonus(with_observation(samples, cfg), max(0.0, tie - TIE), cfg.action.noop_global)
     curve: list[tuple[int, float, float, float]] = []
@@ -398,9 +400,10 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
         from dynamix_hvd.controllers.policy.support import fit as fit_support
         tr.dyn["support"] = fit_support([s.obs[s.obs[:, 0] > 0, 1:] for s in data], observation_columns(tr.dyn),
                                         global_columns(), seed).to_dict()
-    return tr.save(out, curve, {"world": "replay", "method": "imitate (DAgger, expert causal_safe)",
+    method = "imitate (DAgger, expert causal_safe)" if not other else f"imitate (DAgger, continued by {continuation})"
+    return tr.save(out, curve, {"world": "replay", "method": method,
                                 "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "tie": tie,
-                                "horizon": horizon, "temperature": temperature, "continuation": continuation,
+                                "horizon": horizon, "temperature": temperature, **other,
                                 "start_samples": len(samples), "start_fit": start_fit,
                                 "wall_s": round(time.perf_counter() - t0, 1),
                                 "dagger": log, "command": command})
