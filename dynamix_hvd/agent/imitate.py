@@ -306,6 +306,13 @@ def workload_of(sample: Sample) -> str:
     return sample.world.split("/", 1)[0]
 
 
+def of_workloads(samples: Sequence[Sample], workloads: Sequence[str]) -> list[Sample]:
+    """The samples of the given workloads (by name, or by the directory a workload path names):
+    a policy trained on some workloads sees nothing of the others (leave-one-out)."""
+    names = set(workloads) | {Path(w).name for w in workloads}
+    return [s for s in samples if workload_of(s) in names]
+
+
 class Trainer:
     """A policy file of the replay env's shape (the SB3 zip the PPO controller loads), fitted
     from scratch to a set of samples."""
@@ -363,6 +370,12 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
     tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter,
                                      "horizon": horizon, **other})
     rng = np.random.default_rng([seed, 5151])
+    given = len(samples)
+    samples = of_workloads(samples, cfg.workloads)     # --workloads W1,W2 trains on nothing else
+    if given and not samples:
+        raise ValueError(f"train_imitation: none of the {given} given samples is of the workloads {list(cfg.workloads)}")
+    if verbose and len(samples) < given:
+        print(f"  kept {len(samples)} of the {given} given samples: those of {list(cfg.workloads)}", flush=True)
     data: list[Sample] = with_noop_bonus(with_observation(samples, cfg), max(0.0, tie - TIE), cfg.action.noop_global)
     curve: list[tuple[int, float, float, float]] = []
     log: list[dict[str, Any]] = []

@@ -180,6 +180,12 @@ def test_a_policy_fitted_to_saved_samples_alone(tmp_path):
     assert sharp["temperature"] == 1e-4 and meta["temperature"] == 0.02
     with pytest.raises(ValueError, match="temperature=0"):
         train_imitation(cfg, 1, tmp_path / "d.zip", iters=0, samples=saved, temperature=0.0)
+    # samples of a workload outside --workloads are left out (leave-one-out from one aggregate)
+    foreign = [Sample(s.obs, s.label, s.regret, "bert/" + s.world.split("/", 1)[1]) for s in saved]
+    mixed = train_imitation(cfg, 1, tmp_path / "e.zip", iters=0, epochs=1, verbose=False, samples=saved + foreign)
+    assert mixed["start_fit"]["samples"] == mixed["start_samples"] == len(saved)
+    with pytest.raises(ValueError, match=r"none of the \d+ given samples is of the workloads \['ncf'\]"):
+        train_imitation(cfg, 1, tmp_path / "f.zip", iters=0, samples=foreign)
 
 
 def _always(g):
