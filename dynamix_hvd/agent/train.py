@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--worlds-per-iter", type=int, default=24, help="replay, imitate: worlds rolled out per iteration")
     r.add_argument("--epochs", type=int, default=20, help="replay, imitate: passes over the aggregate per iteration")
     r.add_argument("--samples", default="", help="replay, imitate: expert samples to start from (imitate.save_samples; "
-                   "comma list): every DAgger iteration then rolls the policy out")
+                   "comma list; only those of --workloads are kept): every DAgger iteration then rolls the policy out")
     r.add_argument("--noop-bonus", type=float, default=0.01,
                    help="replay, imitate: a departure from goodput's choice must gain more than this (relative rate)")
     r.add_argument("--horizon", type=int, default=0,
