@@ -307,10 +307,10 @@ def workload_of(sample: Sample) -> str:
 
 
 def of_workloads(samples: Sequence[Sample], workloads: Sequence[str]) -> list[Sample]:
-    """The samples of the given workloads (by name, or by the directory a workload path names):
-    a policy trained on some workloads sees nothing of the others (leave-one-out)."""
-    names = set(workloads) | {Path(w).name for w in workloads}
-    return [s for s in samples if workload_of(s) in names]
+    """The samples of the given workloads (a world's label starts with its workload, a name or a
+    directory path): a policy trained on some workloads sees nothing of the others (leave-one-out)."""
+    prefixes = tuple(w.rstrip("/") + "/" for w in workloads)
+    return [s for s in samples if s.world.startswith(prefixes)]
 
 
 class Trainer:

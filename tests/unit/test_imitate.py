@@ -186,6 +186,10 @@ def test_a_policy_fitted_to_saved_samples_alone(tmp_path):
     assert mixed["start_fit"]["samples"] == mixed["start_samples"] == len(saved)
     with pytest.raises(ValueError, match=r"none of the \d+ given samples is of the workloads \['ncf'\]"):
         train_imitation(cfg, 1, tmp_path / "f.zip", iters=0, samples=foreign)
+    from dynamix_hvd.agent.imitate import of_workloads       # a workload given as a directory path
+    held = [Sample(s.obs, s.label, s.regret, "benchmarks/heldout_workloads/yolov3/none/N=8/s1") for s in saved[:2]]
+    assert of_workloads(held + saved, ["benchmarks/heldout_workloads/yolov3"]) == held
+    assert of_workloads(held + saved, ["ncf"]) == saved and of_workloads(held, ["yolov3"]) == []
 
 
 def _always(g):
