@@ -61,7 +61,7 @@ def make(stats: str, tput: str, out: Path, root: Path) -> Path:
             for r in rows[1:]:
                 r = list(r)
                 r[col] = str(max(1, round(float(r[col]) * scale)))
-                key = tuple(r[:col + 1]) if name == "placements.csv" else tuple(r[:col + 1])
+                key = tuple(r[:col + 1])      # (placement or nodes and replicas, local size)
                 if key in seen:          # two local sizes that round to one: keep the first
                     continue
                 seen.add(key)

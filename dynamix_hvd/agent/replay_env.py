@@ -47,6 +47,7 @@ from dynamix_hvd.plan import Plan
 from dynamix_hvd.reward import RewardWeights
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, WorldSpec, build_sim
 from dynamix_hvd.safety import MoveLimits
+from dynamix_hvd.controllers.policy.refute import RefutedDepartures
 from dynamix_hvd.state import N_FEATURES, ObsConfig, pad_rows
 
 REPLAY_SCALES = (0.5, 0.8, 1.0, 1.25, 1.6, 2.0, 3.0)   # global-batch multipliers of the replay policies
@@ -105,6 +106,7 @@ class EnvController(PPOController):
         self.anchor = make_anchor(cfg.action, bounds, base_batch)
         self.target_B, self.last_levels, self.last_global, self.last_scale = None, None, 0.0, 1.0
         self.trust = 0.0      # (the env trains the policy itself; a trust region is a deployment choice)
+        self.refute = RefutedDepartures(limit=0)     # (and so is the refuted-departure guard: off)
         self.members, self.supports, self.last_outside = [], [None], []     # (one policy, no support yet)
         self.pending: tuple[np.ndarray, int] | None = None
 

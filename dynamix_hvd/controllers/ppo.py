@@ -48,7 +48,7 @@ class PPOController(Controller):
                  finetune_lr: float = 1e-4, finetune_epochs: int = 4, finetune_seed: int | None = None,
                  reference_goodput_fn: Callable[[ClusterState], float] | None = None, trust: float = 0.0,
                  members: Sequence[str | os.PathLike] = (), ensemble: str = "consensus", support: bool = True,
-                 margin: float = 0.0) -> None:
+                 margin: float = 0.0, refute: int = 2) -> None:
         super().__init__(bounds, base_batch)
         from dynamix_hvd.controllers.policy.ensemble import RULES
         if ensemble not in RULES:
@@ -66,6 +66,11 @@ class PPOController(Controller):
             raise ValueError(f"margin={margin!r}: a finite number (0: off)")
         # the best global scale other than the no-op where its logit beats the no-op's by this (0: the argmax)
         self.margin = float(margin)
+        from dynamix_hvd.controllers.policy.refute import RefutedDepartures
+        if isinstance(refute, bool) or not isinstance(refute, int):
+            raise ValueError(f"refute={refute!r}: an integer >= 0 (0: off)")
+        # departures goodput undoes once it has measured them are not repeated (controllers/policy/refute.py)
+        self.refute = RefutedDepartures(limit=refute)
         from dynamix_hvd.controllers.policy.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig
         import torch
@@ -242,9 +247,11 @@ class PPOController(Controller):
             self.target_B = float(sum(sizes))
         if self.anchor is not None:
             self.anchor.observe(state, self.last_scale)
+            self.refute.judge(getattr(self.anchor, "B", None), float(sum(sizes)))
         obs = self.observe(state)
         levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
         gidx, trust_note = self._within_trust(gidx)
+        gidx, refute_note = self._not_refuted(gidx)
         ev = getattr(self.anchor, "evidence", None)
         if ev is not None and not (ev.act and ev.excess >= MIN_EXCESS):
             # the measurements do not justify moving the split (timing noise, steps too short to
@@ -252,15 +259,16 @@ class PPOController(Controller):
             # per-worker moves are not applied either (issue 26); the anchor's own re-split of a
             # lasting 4-10% imbalance still is
             levels = np.zeros_like(levels)
-        self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None),
+        self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None), self.refute.last_verdict,
                                                  f"policy levels {_short(levels.astype(int).tolist())}, global scale "
-                                                 f"{self.action_config.scale(gidx):g}", trust_note,
+                                                 f"{self.action_config.scale(gidx):g}", trust_note, refute_note,
                                                  self._outside_note()) if x)
         proposed, self.target_B = proposal_from_action(sizes, levels, gidx, self.target_B, self.action_config,
                                                        self.bounds, self.anchor)
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.action_config)
         self.last_scale = self.action_config.scale(gidx)
+        self.refute.record(_direction(self.last_scale))
         return [float(x) for x in proposed]
 
     def _outside_note(self) -> str | None:
@@ -271,6 +279,17 @@ class PPOController(Controller):
         more = f" (+{len(self.last_outside) - 1} more)" if len(self.last_outside) > 1 else ""
         return (f"policy answered the no-op: observation outside its training support, {name} {v:.3g} not in "
                 f"[{lo:.3g}, {hi:.3g}]{more}")
+
+    def _not_refuted(self, gidx: int) -> tuple[int, str | None]:
+        """The policy's global scale, or the no-op when departures that way were refuted by goodput
+        (``RefutedDepartures``: goodput undid ``refute`` of them in a row once it had measured them)."""
+        if not hasattr(self.anchor, "goodput"):
+            return gidx, None
+        scale = self.action_config.scale(gidx)
+        if self.refute.allow(_direction(scale)):
+            return gidx, None
+        return (self.action_config.noop_global,
+                f"global scale {scale:g} refused: goodput undid the last {self.refute.limit} departures that way")
 
     def _within_trust(self, gidx: int) -> tuple[int, str | None]:
         """The policy's global scale, or the no-op when ``trust`` is on and the goodput model
@@ -292,6 +311,8 @@ class PPOController(Controller):
         """Forget the per-job decision state (target global batch, last action); with fine-tuning
         the next transition starts a new episode. The (fine-tuned) weights are kept."""
         self.target_B, self.last_levels, self.last_global, self.last_scale = None, None, 0.0, 1.0
+        from dynamix_hvd.controllers.policy.refute import RefutedDepartures
+        self.refute = RefutedDepartures(limit=self.refute.limit)
         if self.history is not None:
             self.history.reset()
         if self.anchor is not None:
@@ -305,7 +326,8 @@ class PPOController(Controller):
         d = {"target_B": self.target_B, "last_global": self.last_global, "last_scale": self.last_scale,
              "last_levels": None if self.last_levels is None else self.last_levels.tolist(),
              # the goodput model the anchor fitted (before: never written, so a resumed job lost it)
-             "anchor": None if self.anchor is None else self.anchor.state_dict()}
+             "anchor": None if self.anchor is None else self.anchor.state_dict(),
+             "refute": self.refute.state_dict()}
         if self.finetuner is not None:
             d["finetune"] = self.finetuner.state_dict()
             d["prev_sizes"] = self._prev_sizes
@@ -322,6 +344,8 @@ class PPOController(Controller):
         self.last_levels = None if ll is None else np.asarray(ll, dtype=float)
         if self.anchor is not None and state.get("anchor"):
             self.anchor.load_state_dict(state["anchor"])
+        if state.get("refute"):
+            self.refute.load_state_dict(state["refute"])
         ft = state.get("finetune")
         if ft is None:
             return
@@ -372,3 +396,8 @@ class PPOController(Controller):
 def _short(xs: list, k: int = 8) -> str:
     """A list for a log line: at most ``k`` entries, then how many more."""
     return str(xs) if len(xs) <= k else f"{xs[:k]} ... (+{len(xs) - k})"
+
+
+def _direction(scale: float) -> int:
+    """+1 for a global scale above the no-op's 1.0, -1 below, 0 for the no-op."""
+    return 1 if scale > 1.0 else -1 if scale < 1.0 else 0

@@ -102,14 +102,16 @@ def _untrained_policy(tmp_path, cfg: ReplayEnvConfig, seed: int = 0, hidden: int
 
 
 def test_env_acts_exactly_as_the_live_controller(tmp_path):
-    """An env episode driven by a policy = `dynamix replay` with that policy file (same seed)."""
+    """An env episode driven by a policy = `dynamix replay` with that policy file (same seed), the
+    deployment guards off as in the env (no support recorded; ``refute=0``: the env trains the
+    policy without the refuted-departure guard, session 40)."""
     from dynamix_hvd.replay.runner import run_controller
     cfg = ReplayEnvConfig(workloads=("cifar10",), n_range=(2, 8), n_max=8)
     path, policy = _untrained_policy(tmp_path, cfg)
     for spec in (WorldSpec("cifar10", 8, "job_3_norm", 3), WorldSpec("bert", 5, "synthetic", 4)):
         opts = {"spec": spec, "goodput_s": 1e9, "goodput_decisions": 10 ** 6}   # never truncated: run to the target
         _, _, info = _episode(ReplayEnv(cfg, pool_seed=0), opts, policy)
-        live = run_controller(build_sim(spec), f"ppo:{path}", spec.seed)
+        live = run_controller(build_sim(spec), f"ppo:{path}?refute=0", spec.seed)
         assert live["time_to_target_s"] == pytest.approx(info["time_s"], rel=1e-12)
 
 

@@ -1,0 +1,109 @@
+"""A departure from goodput's plan that goodput undoes once it has measured it is not repeated
+(``controllers/policy/refute.py``, issue 19, session 40)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from dynamix_hvd.controllers.policy.refute import RefutedDepartures
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = "dynamix_hvd/agent/policies/default.zip"
+
+
+def test_two_refutations_close_a_direction_and_the_closing_backs_off():
+    r = RefutedDepartures(limit=2, cooldown=10)
+    r.judge(None, 100.0)
+    r.record(+1)                 # grew to 150 ...
+    r.judge(100.0, 150.0)        # ... goodput went back to 100: refuted once
+    assert r.allow(+1) and r.refuted[1] == 1
+    r.record(+1)
+    r.judge(100.0, 150.0)        # twice in a row: larger batches closed for 10 decisions
+    assert not r.allow(+1) and r.allow(-1) and r.allow(0)
+    assert "refused for 10 decisions" in r.last_verdict
+    for _ in range(9):
+        r.record(0)
+        r.judge(100.0, 100.0)
+        assert not r.allow(+1)
+    r.record(0)
+    r.judge(100.0, 100.0)
+    assert r.allow(+1)           # reopened; one more refutation closes it again, for twice as long
+    r.record(+1)
+    r.judge(100.0, 150.0)
+    assert not r.allow(+1) and "refused for 20 decisions" in r.last_verdict
+
+
+def test_a_kept_departure_resets_the_count_and_directions_are_apart():
+    r = RefutedDepartures(limit=2)
+    r.record(+1)
+    r.judge(100.0, 150.0)        # refuted
+    r.record(+1)
+    r.judge(148.0, 150.0)        # goodput kept it (within 5%): confirmed
+    assert r.refuted[1] == 0 and "kept" in r.last_verdict
+    r.record(+1)
+    r.judge(100.0, 150.0)
+    assert r.allow(+1)           # one refutation since the confirmation
+    r.record(-1)
+    r.judge(100.0, 80.0)         # a smaller batch undone: counted for that direction only
+    assert r.refuted[-1] == 1 and r.refuted[1] == 1
+    s = RefutedDepartures(limit=2)
+    s.load_state_dict(r.state_dict())
+    assert s.state_dict() == r.state_dict()
+    off = RefutedDepartures(limit=0)
+    off.record(+1)
+    off.judge(1.0, 100.0)
+    assert off.allow(+1) and off.pending is None
+    with pytest.raises(ValueError, match="refute limit=-1"):
+        RefutedDepartures(limit=-1)
+    with pytest.raises(ValueError, match="ppo state 'refute'"):
+        RefutedDepartures().load_state_dict({"refuted": "x"})
+
+
+def _chimera(tmp_path, stats: str, tput: str) -> Path:
+    spec = importlib.util.spec_from_file_location("chimera_workloads", ROOT / "benchmarks" / "chimera_workloads.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.make(stats, tput, tmp_path, ROOT)
+
+
+def _time(sim, name: str, seed: int) -> tuple[float, list[str]]:
+    from dynamix_hvd.decide import control_loop
+    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.replay.runner import build_controller
+    from dynamix_hvd.safety import MoveLimits
+    sim.reset(seed)
+    ctl = build_controller(name, sim, seed)
+    reasons = []
+    for _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch), limits=MoveLimits(),
+                          max_intervals=100_000):
+        reasons.append(getattr(ctl, "last_reason", "") or "")
+    return sim.time, reasons
+
+
+def test_the_default_stops_repeating_departures_goodput_undoes(tmp_path):
+    """deepspeech2's curves on bert's step times at N = 32 (a pairing no policy was trained on): the
+    default grows the batch at every other decision and goodput undoes it each time; with the guard
+    it stops after two and is within a few percent of goodput instead of ~20% behind it."""
+    from dynamix_hvd.replay.runner import make_world
+    sim = make_world(str(_chimera(tmp_path, "deepspeech2", "bert")), "job_3_norm", 32).sim
+    t_goodput, _ = _time(sim, "goodput", 12)
+    t_unguarded, _ = _time(sim, f"ppo:{DEFAULT}?refute=0", 12)
+    t_default, reasons = _time(sim, "ppo", 12)
+    assert t_unguarded > 1.10 * t_goodput
+    assert t_default < 1.05 * t_goodput
+    assert any("refused: goodput undid the last 2 departures" in r for r in reasons)
+    with pytest.raises(ValueError, match="refute='x'"):
+        _time(sim, f"ppo:{DEFAULT}?refute=x", 12)
+
+
+def test_a_departure_goodput_keeps_is_not_refused():
+    """Where the shipped default's departures pay (cifar10, N = 8, seed 5), goodput keeps them and the
+    guard changes nothing."""
+    from dynamix_hvd.replay.worlds import WorldSpec, build_sim
+    sim = build_sim(WorldSpec("cifar10", 8, "none", 5))
+    t_guarded, reasons = _time(sim, "ppo", 5)
+    t_unguarded, _ = _time(sim, f"ppo:{DEFAULT}?refute=0", 5)
+    assert t_guarded == pytest.approx(t_unguarded, rel=1e-9)
+    assert not any("refused: goodput undid" in r for r in reasons)
