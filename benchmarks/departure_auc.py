@@ -62,6 +62,16 @@ def fit_predict(Xtr: np.ndarray, ytr: np.ndarray, Xte: np.ndarray, hidden: int, 
         return net(b)[:, 0].numpy()
 
 
+def load_states(paths: str) -> dict[str, np.ndarray]:
+    """States saved by ``departure_oracle.py`` / ``departure_model.py`` ``--out`` (comma list of .npz,
+    read without pickle), concatenated key by key."""
+    parts = []
+    for f in paths.split(","):
+        with np.load(f, allow_pickle=False) as z:
+            parts.append({k: z[k] for k in z.files})
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("samples", help="comma list of .npz aggregates")

@@ -97,11 +97,7 @@ def main() -> None:
     ap.add_argument("--noop", type=int, default=2)
     args = ap.parse_args()
     if args.load:
-        parts = []
-        for f in args.load.split(","):
-            with np.load(f, allow_pickle=False) as z:
-                parts.append({k: z[k] for k in z.files})
-        d = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        d = dauc.load_states(args.load)
     else:
         d = collect(args.worlds, args.seed, args.horizon)
         if args.out:

@@ -22,6 +22,11 @@ controller takes the no-op, goodput's plan (``support=False`` ignores the record
 keeps the guard: outside the support the decision is goodput's and is not a transition the policy
 learns from (its trajectory ends there). In an ensemble each member answers the no-op outside its
 own support.
+
+A departure from goodput's plan that goodput undoes at the next decision, once it has measured the
+departed batch for an interval, is *refuted*; after ``refute`` (default 2) refutations in a row in
+one direction, departures that way are refused for a back-off that doubles at every closing
+(``controllers.policy.refute``; ``refute=0`` turns the guard off).
 """
 from __future__ import annotations
 
