@@ -26,7 +26,8 @@ own support.
 A departure from goodput's plan that goodput undoes at the next decision, once it has measured the
 departed batch for an interval, is *refuted*; after ``refute`` (default 2) refutations in a row in
 one direction, departures that way are refused for a back-off that doubles at every closing
-(``controllers.policy.refute``; ``refute=0`` turns the guard off).
+(``controllers.policy.refute``; ``refute=0`` turns the guard off; off with ``finetune=True``, whose
+transitions must be the actions the policy sampled).
 """
 from __future__ import annotations
 
@@ -74,8 +75,9 @@ class PPOController(Controller):
         from dynamix_hvd.controllers.policy.refute import RefutedDepartures
         if isinstance(refute, bool) or not isinstance(refute, int):
             raise ValueError(f"refute={refute!r}: an integer >= 0 (0: off)")
-        # departures goodput undoes once it has measured them are not repeated (controllers/policy/refute.py)
-        self.refute = RefutedDepartures(limit=refute)
+        # departures goodput undoes once it has measured them are not repeated (controllers/policy/refute.py);
+        # off while fine-tuning: the fine-tuner learns from the actions it sampled, which must be the ones taken
+        self.refute = RefutedDepartures(limit=0 if finetune else refute)
         from dynamix_hvd.controllers.policy.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig
         import torch

@@ -107,3 +107,15 @@ def test_a_departure_goodput_keeps_is_not_refused():
     t_unguarded, _ = _time(sim, f"ppo:{DEFAULT}?refute=0", 5)
     assert t_guarded == pytest.approx(t_unguarded, rel=1e-9)
     assert not any("refused: goodput undid" in r for r in reasons)
+
+
+def test_the_guard_is_off_while_fine_tuning():
+    """A fine-tuned policy learns from the actions it sampled; the guard must not replace them."""
+    from dynamix_hvd.controllers.ppo import PPOController
+    from dynamix_hvd.plan import PlanBounds
+    bounds = PlanBounds(max_batch=[256] * 4)
+    assert PPOController(bounds, 32).refute.limit == 2
+    assert PPOController(bounds, 32, refute=0).refute.limit == 0
+    assert PPOController(bounds, 32, finetune=True).refute.limit == 0
+    with pytest.raises(ValueError, match="refute=True"):
+        PPOController(bounds, 32, refute=True)
