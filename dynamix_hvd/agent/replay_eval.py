@@ -172,7 +172,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
             for n in order(workers):
                 for lb in labels:
                     nm = name_for(lb, wl)
-                    if nm is None or (not baselines and lb in BASELINES):
+                    if nm is None or (not baselines and lb in BASELINES and lb not in oracles):
                         continue
                     for s in seeds:      # one episode per task: balanced, and cached as it ends
                         if key(wl, tr, n, s, lb) not in cache:
@@ -277,7 +277,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gns-model", default="run", choices=GNS_MODELS,
                    help="the replay's noise-scale model (dynamix replay --gns-model); cached apart from 'run'")
     p.add_argument("--policies-only", action="store_true",
-                   help="run and cache the policies' episodes only (no baselines, no table)")
+                   help="run and cache the policies' episodes only, and those of the --oracles named "
+                        "(a baseline named there too, e.g. goodput; no table)")
 
 
 def run(args: argparse.Namespace) -> int:

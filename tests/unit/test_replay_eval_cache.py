@@ -62,3 +62,20 @@ def test_the_noise_scale_model_is_applied_and_cached_apart(tmp_path, capsys):
     got = json.loads(cache.read_text())
     run, cont = got["ncf|none|4|0|goodput"], got["ncf|none|4|0|goodput|gns=continuous"]
     assert cont < 0.97 * run
+
+
+def test_policies_only_runs_a_baseline_named_in_oracles(tmp_path, capsys):
+    # --policies-only --oracles goodput: the policy and goodput are cached for new seeds (the pair a
+    # per-cell ratio needs), and no other baseline (static's episodes are the slow ones)
+    import argparse
+
+    from dynamix_hvd.agent import replay_eval
+    p = argparse.ArgumentParser()
+    replay_eval.add_arguments(p)
+    cache = tmp_path / "c.json"
+    args = p.parse_args(["--workloads", "ncf", "--traces", "none", "--workers", "4", "--seeds", "1", "--jobs", "1",
+                         "--cache", str(cache), "--policies-only", "--oracles", "goodput"])
+    assert replay_eval.run(args) == 0
+    assert "cached the policies' episodes" in capsys.readouterr().out
+    ctls = sorted(k.split("|")[4] for k in json.loads(cache.read_text()))
+    assert len(ctls) == 2 and ctls[0] == "goodput" and ctls[1].startswith("ppo#"), ctls
