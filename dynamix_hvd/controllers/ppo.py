@@ -41,6 +41,7 @@ import numpy as np
 from dynamix_hvd.controllers.policy.io import PolicyLoadError, default_policy_path, load_policy  # noqa: F401 (re-exported)
 from dynamix_hvd.controllers.base import Controller
 from dynamix_hvd.controllers.evidence import MIN_EXCESS
+from dynamix_hvd.controllers.policy.refute import RefutedDepartures
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
@@ -72,7 +73,6 @@ class PPOController(Controller):
             raise ValueError(f"margin={margin!r}: a finite number (0: off)")
         # the best global scale other than the no-op where its logit beats the no-op's by this (0: the argmax)
         self.margin = float(margin)
-        from dynamix_hvd.controllers.policy.refute import RefutedDepartures
         if isinstance(refute, bool) or not isinstance(refute, int):
             raise ValueError(f"refute={refute!r}: an integer >= 0 (0: off)")
         # departures goodput undoes once it has measured them are not repeated (controllers/policy/refute.py);
@@ -318,8 +318,7 @@ class PPOController(Controller):
         """Forget the per-job decision state (target global batch, last action); with fine-tuning
         the next transition starts a new episode. The (fine-tuned) weights are kept."""
         self.target_B, self.last_levels, self.last_global, self.last_scale = None, None, 0.0, 1.0
-        from dynamix_hvd.controllers.policy.refute import RefutedDepartures
-        self.refute = RefutedDepartures(limit=self.refute.limit)
+        self.refute.reset()
         if self.history is not None:
             self.history.reset()
         if self.anchor is not None:

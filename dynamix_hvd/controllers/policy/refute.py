@@ -46,6 +46,12 @@ class RefutedDepartures:
         if not (0.0 <= self.tolerance < 1.0):
             raise ValueError(f"refute tolerance={self.tolerance!r}: a share in [0, 1)")
 
+    def reset(self) -> None:
+        """A new job: no pending departure, every direction open and unrefuted; the settings stay."""
+        self.t, self.pending, self.last_verdict = 0, None, None
+        for d in (1, -1):
+            self.refuted[d] = self.closings[d] = self.closed_until[d] = 0
+
     @property
     def on(self) -> bool:
         return self.limit > 0
