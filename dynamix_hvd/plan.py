@@ -7,7 +7,6 @@ Nothing here talks to MPI.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -202,13 +201,16 @@ def split_global(global_batch: int, weights: Sequence[float], bounds: PlanBounds
 def quantize(sizes: Sequence[float], bounds: PlanBounds) -> list[int]:
     """Round each size to a multiple of the quantum and clip to [min_batch, max_batch_i]."""
     q = bounds.quantum
-    out = []
-    for r, s in enumerate(sizes):
-        if not math.isfinite(float(s)):
-            raise PlanError(f"proposed batch size for rank {r} is {s}: must be finite")
-        v = int(round(float(s) / q)) * q
-        v = min(max(v, bounds.min_batch), bounds.max_batch[r])
-        out.append(v)
+    x = np.asarray(sizes, dtype=float).reshape(-1)
+    bad = np.flatnonzero(~np.isfinite(x))
+    if bad.size:
+        r = int(bad[0])
+        raise PlanError(f"proposed batch size for rank {r} is {sizes[r]}: must be finite")
+    # np.rint rounds half to even, as round() does; one numpy pass (a Python loop was ~1 ms at 1024 ranks)
+    # (clipped first, so that a huge proposal cannot overflow the integers: the result is the same)
+    x = np.clip(x, -1.0, float(max(bounds.max_batch)) + q)
+    v = np.rint(x / q).astype(np.int64) * q
+    out = np.minimum(np.maximum(v, bounds.min_batch), np.asarray(bounds.max_batch, dtype=np.int64)).tolist()
     if sum(out) <= 0:
         out[int(np.argmax(bounds.max_batch))] = max(1, bounds.min_batch)
     if bounds.max_global_batch is not None and sum(out) > bounds.max_global_batch:

@@ -37,15 +37,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import deque
-from itertools import chain
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from dynamix_hvd.controllers.affine import (IDENTIFY_SPREAD, WEIGHT_FLOOR, fit_affine, fit_scaled,
                                             identified, precision_weight)
-from dynamix_hvd.controllers.split import TIE_TOL_MAX, TIE_Z, tie_groups  # noqa: F401 (TIE_*: the tie's thresholds)
+from dynamix_hvd.controllers.split import TIE_TOL_MAX, TIE_Z, seed_runs, tie_groups  # noqa: F401 (TIE_*: the tie's thresholds)
 
 if TYPE_CHECKING:
     from dynamix_hvd.records import ClusterState
@@ -64,6 +62,16 @@ def _identified_runs(b: np.ndarray, starts: np.ndarray, cnt: np.ndarray) -> np.n
     return (cnt >= 2) & (spread > IDENTIFY_SPREAD * (np.add.reduceat(b, starts) / cnt))
 
 
+def _row_nanmedian(x: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(x, axis=1)`` of a 2-D array (NaN for an all-NaN row) by one sort: numpy's
+    own takes its masked-array path for short rows, ~1 ms at 1024 x 16 against ~0.15 ms."""
+    srt = np.sort(x, axis=1)                              # NaN last
+    k = np.sum(~np.isnan(x), axis=1)
+    lo = np.take_along_axis(srt, np.maximum((k - 1) // 2, 0)[:, None], axis=1)[:, 0]
+    hi = np.take_along_axis(srt, np.minimum(k // 2, x.shape[1] - 1)[:, None], axis=1)[:, 0]
+    return np.where(k > 0, (lo + hi) / 2, np.nan)
+
+
 def _triple(p: Sequence[float]) -> tuple[float, float, float]:
     """A stored observation as (b, t, relative standard error); (b, t) from an older checkpoint
     gets an unknown (NaN) error."""
@@ -79,7 +87,13 @@ def _combined_rel_se(points: Sequence[tuple[float, float, float]]) -> float:
 
 
 class ComputeModel:
-    """Bounded (b, t, weight) history per rank, change detection, and the fitted (alpha, beta)."""
+    """Bounded (b, t, rel. error) history per rank, change detection, and the fitted (alpha, beta).
+
+    The histories live in three (ranks, ``history``) arrays (sizes, times, relative errors), each
+    rank's row left-aligned from its oldest point, with a count per rank; the held-back deviations,
+    the priors and the cached per-rank fits are per-rank arrays too (NaN / 0 for none), so a
+    decision at 1024 ranks reads and updates them in numpy passes (per-rank deques and Python loops
+    were about a third of a decision at that scale, session 41)."""
 
     def __init__(self, history: int = 16, change_tol: float = 0.3, pool: bool = True, tie: bool = True) -> None:
         if history < 1:
@@ -93,13 +107,39 @@ class ComputeModel:
         self.pool = bool(pool)
         # ranks whose times the measurements cannot tell apart get one fit (``_tied``)
         self.tie = bool(tie)
-        self.obs: list[deque] = []
-        self.pending: list = []    # per rank: (sign, (b, t, weight)) of an unconfirmed deviation, or None
-        self.prior: list = []      # per rank: the (alpha, beta) fitted before the last restart, or None
         self.resets = 0
-        self._fit: tuple[np.ndarray, np.ndarray] | None = None   # fit() of the current history
-        self._rank_fits: list[tuple[float, float] | None] = []   # _fit_rank(i) of rank i's history, or None
+        self._fit: tuple[np.ndarray, np.ndarray] | None = None   # fit() of the current histories
         self._all_points: tuple[np.ndarray, np.ndarray] | None = None   # every rank's points, counts
+        self._resize(0)
+
+    def _resize(self, n: int) -> None:
+        """Empty histories for ``n`` ranks."""
+        h = self.history
+        self._b, self._t, self._r = (np.full((n, h), np.nan) for _ in range(3))   # points, left-aligned
+        self._n = np.zeros(n, dtype=int)                 # points per rank
+        self._pend = np.zeros(n, dtype=int)              # sign of an unconfirmed deviation (0: none)
+        self._pend_pt = np.full((n, 3), np.nan)          # ... and its (b, t, rel. error)
+        self._prior = np.full((n, 2), np.nan)            # (alpha, beta) before the last restart (NaN: none)
+        self._fits = np.full((n, 2), np.nan)             # cached _compute_rank_fit of each rank
+        self._fresh = np.zeros(n, dtype=bool)            # ... valid for the rank's current history
+        self._fit = self._all_points = None
+
+    # -- read-only views (checkpoints, tests) ---------------------------------------------------
+    @property
+    def obs(self) -> list[list[tuple[float, float, float]]]:
+        """Each rank's history, oldest first, as (b, t, rel. error) triples (a copy)."""
+        return [list(zip(b[:k], t[:k], r[:k])) for b, t, r, k in
+                zip(self._b.tolist(), self._t.tolist(), self._r.tolist(), self._n.tolist())]
+
+    @property
+    def prior(self) -> list[tuple[float, float] | None]:
+        """Each rank's fit before its last restart, or None."""
+        return [None if math.isnan(a) else (a, b) for a, b in self._prior.tolist()]
+
+    @property
+    def pending(self) -> list[tuple[int, tuple[float, float, float]] | None]:
+        """Each rank's unconfirmed deviation (sign, (b, t, rel. error)), or None."""
+        return [None if s == 0 else (s, tuple(p)) for s, p in zip(self._pend.tolist(), self._pend_pt.tolist())]
 
     def add(self, sizes: Sequence[float], times: Sequence[float], changed: Sequence[int] | None = None,
             rel_se: Sequence[float] | None = None) -> None:
@@ -110,41 +150,67 @@ class ComputeModel:
         the history restarts from this observation without waiting for a second one.
         ``rel_se[i]``: the relative standard error of ``times[i]``; the fit weights the
         observation by ``precision_weight`` of it (equal weights without), and a deviation
-        within three combined standard errors is noise, not a change."""
+        within three combined standard errors is noise, not a change. Every rank in numpy
+        passes: each rank's outcome depends on its own history only."""
         self._fit = self._all_points = None
-        if len(self.obs) != len(sizes):
-            self.obs = [deque(maxlen=self.history) for _ in sizes]
-            self.pending = [None] * len(sizes)
-            self.prior = [None] * len(sizes)
-            self._rank_fits = [None] * len(sizes)
-        rels = [float(rel_se[i]) if rel_se is not None else math.nan for i in range(len(sizes))]
-        # every rank's deviation from its own history, before any rank's history changes (each
-        # depends on that rank's history only)
-        devs = self._deviations([float(b) for b in sizes], [float(t) for t in times], rels)
-        for i, (b, t) in enumerate(zip(sizes, times)):
-            b, t = float(b), float(t)
-            if not (math.isfinite(t) and t > 0 and b > 0):
-                continue
-            r = rels[i]
-            pt = (b, t, r if math.isfinite(r) and r > 0 else math.nan)
-            d = self.obs[i]
-            if changed is not None and changed[i] and d:
-                self._restart(i, [pt])
-                continue
-            dev = int(devs[i]) if d else 0
-            held = self.pending[i]
-            if dev != 0 and held is not None and dev == held[0]:
-                # two deviations in a row in the same direction: the rank changed; the history
-                # restarts from the observations made since the change
-                self._restart(i, [held[1], pt])
-            elif dev != 0:
-                # a suspect observation is held back (not fitted) until the next one confirms it
-                self.pending[i] = (dev, pt)
-            else:
-                self.pending[i] = None
-                d.append(pt)
-                self._rank_fits[i] = None
-        self._all_points = None
+        n = len(sizes)
+        if self._n.size != n:
+            self._resize(n)
+        b = np.asarray(sizes, dtype=float).reshape(-1)
+        t = np.asarray(times, dtype=float).reshape(-1)
+        rels = np.full(n, np.nan) if rel_se is None else np.asarray(rel_se, dtype=float).reshape(-1)
+        # every rank's deviation from its own history, before any rank's history changes
+        devs = self._deviations(b.tolist(), t.tolist(), rels.tolist())
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(t) & (t > 0) & (b > 0)
+            r = np.where(np.isfinite(rels) & (rels > 0), rels, np.nan)
+        has = self._n > 0
+        flagged = ok & has & (np.asarray(changed, dtype=bool).reshape(-1) if changed is not None else False)
+        rest = ok & ~flagged
+        dev = np.where(has, devs, 0)
+        # two deviations in a row in the same direction: the rank changed; the history restarts
+        # from the observations made since the change
+        confirmed = rest & (dev != 0) & (self._pend == dev)
+        held = rest & (dev != 0) & ~confirmed          # a suspect observation is held back until confirmed
+        fine = rest & (dev == 0)
+        pt = np.stack([b, t, r], axis=1)
+        restart = np.flatnonzero(flagged | confirmed)
+        if restart.size:
+            self._ensure_fits(restart, batch=False)
+            a0, b0 = self._fits[restart, 0], self._fits[restart, 1]
+            with np.errstate(invalid="ignore"):
+                keep = np.isfinite(a0) & (a0 > 0) & (b0 > 0)
+            self._prior[restart] = np.where(keep[:, None], self._fits[restart], np.nan)
+            two = confirmed[restart] & (self.history >= 2)     # (a history of one keeps the latest)
+            first = np.where(two[:, None], self._pend_pt[restart], pt[restart])
+            self._b[restart], self._t[restart], self._r[restart] = np.nan, np.nan, np.nan
+            self._b[restart, 0], self._t[restart, 0], self._r[restart, 0] = first[:, 0], first[:, 1], first[:, 2]
+            second = restart[two]
+            if second.size:
+                self._b[second, 1], self._t[second, 1], self._r[second, 1] = b[second], t[second], r[second]
+            self._n[restart] = np.where(two, 2, 1)
+            self._pend[restart] = 0
+            self._fresh[restart] = False
+            self.resets += int(restart.size)
+        if held.any():
+            self._pend[held] = dev[held]
+            self._pend_pt[held] = pt[held]
+        if fine.any():
+            self._pend[fine] = 0
+            self._append(np.flatnonzero(fine), b, t, r)
+        self._fit = self._all_points = None      # (the change test read the histories before they changed)
+
+    def _append(self, ranks: np.ndarray, b: np.ndarray, t: np.ndarray, r: np.ndarray) -> None:
+        """Append point i of (b, t, r) to each rank i of ``ranks``, dropping the oldest of a full history."""
+        full = ranks[self._n[ranks] >= self.history]
+        if full.size:
+            for x in (self._b, self._t, self._r):
+                x[full, :-1] = x[full, 1:]
+            self._n[full] -= 1
+        col = self._n[ranks]
+        self._b[ranks, col], self._t[ranks, col], self._r[ranks, col] = b[ranks], t[ranks], r[ranks]
+        self._n[ranks] += 1
+        self._fresh[ranks] = False
 
     def add_state(self, state: "ClusterState") -> None:
         """``add`` for one decision's state: the plan's sizes, each rank's compute time and
@@ -152,18 +218,6 @@ class ComputeModel:
         self.add(state.plan.batch_sizes, [w.compute_s for w in state.workers],
                  changed=[w.changed for w in state.workers],
                  rel_se=[w.compute_se_s / w.compute_s if w.compute_s > 0 else math.nan for w in state.workers])
-
-    def _restart(self, i: int, points: list[tuple[float, float, float]]) -> None:
-        """Rank i changed: its history restarts from ``points``; the fit before the change is
-        the prior until the new history identifies a fixed cost."""
-        alpha, beta = self._fit_rank(i)
-        self.prior[i] = (alpha, beta) if math.isfinite(alpha) and alpha > 0 and beta > 0 else None
-        self.obs[i].clear()
-        self.obs[i].extend(points)
-        self._all_points = None
-        self._rank_fits[i] = None
-        self.resets += 1
-        self.pending[i] = None
 
     def _deviations(self, sizes: list[float], times: list[float], rels: list[float]) -> np.ndarray:
         """Per rank: +1/-1 when its new time is further from its history's prediction than the
@@ -177,24 +231,17 @@ class ComputeModel:
         alone does not look like a change. All ranks in one numpy pass (per rank in Python it
         was ~10 ms of a decision at 1024 ranks)."""
         out = np.zeros(len(sizes), dtype=int)
-        if len(self.obs) != len(sizes):
+        if self._n.size != len(sizes):
             return out
-        counts = np.array([len(d) for d in self.obs], dtype=int)
-        have = np.flatnonzero(counts > 0)
+        have = np.flatnonzero(self._n > 0)
         if have.size == 0:
             return out
-        if len(self._rank_fits) != len(self.obs):
-            self._rank_fits = [None] * len(self.obs)
-        stale = [int(i) for i in have if self._rank_fits[i] is None]
-        if len(stale) >= BATCH_FIT_MIN:
-            self._batch_fit(stale)
-        cnt = counts[have]
-        pts = self._points(have.tolist())
+        stale = have[~self._fresh[have]]
+        if stale.size >= BATCH_FIT_MIN:
+            self._batch_fit(stale.tolist())
+        cnt = self._n[have]
         m, H = have.size, int(cnt.max())
-        row = np.repeat(np.arange(m), cnt)
-        col = np.arange(pts.shape[0]) - np.repeat(np.concatenate(([0], np.cumsum(cnt)[:-1])), cnt)
-        X, T, R = (np.full((m, H), np.nan) for _ in range(3))
-        X[row, col], T[row, col], R[row, col] = pts[:, 0], pts[:, 1], pts[:, 2]
+        X, T, R = self._b[have, :H], self._t[have, :H], self._r[have, :H]
         valid = ~np.isnan(X)
         bn = np.asarray(sizes, dtype=float)[have]
         tn = np.asarray(times, dtype=float)[have]
@@ -203,18 +250,18 @@ class ComputeModel:
             warnings.simplefilter("ignore", RuntimeWarning)    # all-NaN rows (no point of the same size)
             spread = np.nanmax(X, axis=1) - np.nanmin(X, axis=1)
             ident = (cnt >= 2) & (spread > IDENTIFY_SPREAD * np.nanmean(X, axis=1))
-            fits = np.array([self._fit_rank(int(i)) if ok else (math.nan, math.nan)
-                             for i, ok in zip(have, ident)], dtype=float).reshape(m, 2)
+            self._ensure_fits(have[ident], batch=False)
+            fits = np.where(ident[:, None], self._fits[have], np.nan)
             a, b = fits[:, :1], fits[:, 1:]
             same = valid & (np.abs(X - bn[:, None]) <= 0.05 * bn[:, None])
             use = np.where(ident[:, None], valid, same)
-            med_t = np.nanmedian(np.where(same, T, np.nan), axis=1) if (~ident).any() else np.full(m, np.nan)
+            med_t = _row_nanmedian(np.where(same, T, np.nan)) if (~ident).any() else np.full(m, np.nan)
             pred = np.where(ident, a[:, 0] + b[:, 0] * bn, med_t)
             base = np.where(ident[:, None], a + b * X, med_t[:, None])
             rel = np.where(use, np.abs(T / base - 1.0), np.nan)
             rel = np.where(np.isfinite(rel), rel, np.nan)
             k = np.sum(~np.isnan(rel), axis=1)
-            scatter = np.nanmedian(np.where(k[:, None] >= 4, rel, 0.0), axis=1)
+            scatter = _row_nanmedian(np.where(k[:, None] >= 4, rel, 0.0))
             known = use & np.isfinite(R) & (R > 0)
             inv = np.sum(np.where(known, 1.0 / (R * R), 0.0), axis=1)
             r_pred = np.where((inv > 0) & (np.sum(use & ~known, axis=1) == 0), np.sqrt(1.0 / inv), 0.0)
@@ -235,19 +282,13 @@ class ComputeModel:
         return self._fit[0].copy(), self._fit[1].copy()
 
     def _compute_fit(self) -> tuple[np.ndarray, np.ndarray]:
-        if len(self._rank_fits) != len(self.obs):
-            self._rank_fits = [None] * len(self.obs)
-        stale = [i for i, f in enumerate(self._rank_fits) if f is None]
-        if len(stale) >= BATCH_FIT_MIN:
-            self._batch_fit(stale)
-        fits = [self._fit_rank(i) for i in range(len(self.obs))]
-        alpha = np.array([f[0] for f in fits], dtype=float)
-        beta = np.array([f[1] for f in fits], dtype=float)
+        self._ensure_fits(np.arange(self._n.size))
+        alpha, beta = self._fits[:, 0].copy(), self._fits[:, 1].copy()
         if self.pool:
             alpha, beta = self._pooled(alpha, beta)
         if self.tie:
             alpha, beta = self._tied(alpha, beta)
-        if all(math.isfinite(f[1]) for f in fits):
+        if np.isfinite(self._fits[:, 1]).all():
             return alpha, beta
         if np.isfinite(beta).any():
             alpha = np.where(np.isfinite(alpha), alpha, np.nanmean(alpha))
@@ -257,9 +298,11 @@ class ComputeModel:
     def _fitted_latest(self, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points per rank, the ranks with points and a finite fit of positive slope, their
         latest (b, t, rel. error) as an (m, 3) array): what ``_pooled`` and ``_tied`` compare."""
-        counts = np.array([len(d) for d in self.obs], dtype=int)
-        idx = np.flatnonzero((counts > 0) & np.isfinite(alpha) & np.isfinite(beta) & (beta > 0))
-        last = np.array([self.obs[int(i)][-1] for i in idx], dtype=float).reshape(-1, 3)
+        counts = self._n
+        with np.errstate(invalid="ignore"):
+            idx = np.flatnonzero((counts > 0) & np.isfinite(alpha) & np.isfinite(beta) & (beta > 0))
+        col = counts[idx] - 1
+        last = np.stack([self._b[idx, col], self._t[idx, col], self._r[idx, col]], axis=1)
         return counts, idx, last
 
     def _pooled(self, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -285,23 +328,27 @@ class ComputeModel:
         ms/sample rank, read their difference in level as a flat shape (the second fitted at 25 ms
         + 1.2 ms/sample, given 7 samples instead of 10-11; 16.8 + 1.76 with levels). This version
         is on by default since it was measured live (session 18: hetero16 0.98x at worst).
-        One numpy pass over all ranks' points (the grouping walk is O(N) Python)."""
+        One numpy pass over all ranks' points; the grouping walk in runs (``split.seed_runs``)."""
         counts, idx, last = self._fitted_latest(alpha, beta)
         if idx.size < 2:
             return alpha, beta
         a, bt, lb, lt = alpha[idx], beta[idx], last[:, 0], last[:, 1]
-        order = np.argsort(lt * (a + bt * float(np.median(lb))) / (a + bt * lb), kind="stable").tolist()
+        order = np.argsort(lt * (a + bt * float(np.median(lb))) / (a + bt * lb), kind="stable")
         rel = np.where(np.isfinite(last[:, 2]) & (last[:, 2] > 0), last[:, 2], 0.0)
-        tol = np.clip(3.0 * rel, POOL_TOL, POOL_TOL_MAX).tolist()
-        a, bt, lb, lt = a.tolist(), bt.tolist(), lb.tolist(), lt.tolist()
+        tol = np.clip(3.0 * rel, POOL_TOL, POOL_TOL_MAX)[order]
+        a, bt, lb, lt = a[order], bt[order], lb[order], lt[order]
+
+        def joins(s: int, lo: int, hi: int) -> np.ndarray:
+            # ranks lo..hi-1 (in order): the latest time carried to the seed's latest size along
+            # the rank's own fit, within the larger tolerance of the two
+            k = slice(lo, hi)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                off = np.abs(lt[k] * (a[k] + bt[k] * lb[s]) / (a[k] + bt[k] * lb[k]) / lt[s] - 1.0)
+            return ~(off > np.maximum(tol[s], tol[k]))
+
         group = np.empty(idx.size, dtype=int)
-        g, s = -1, 0
-        for k in order:
-            # rank k's latest time carried to the seed's latest size along k's own fit
-            if g < 0 or abs(lt[k] * (a[k] + bt[k] * lb[s]) / (a[k] + bt[k] * lb[k]) / lt[s] - 1.0) > max(tol[s], tol[k]):
-                g, s = g + 1, k
-            group[k] = g
-        n_groups = g + 1
+        group[order] = seed_runs(idx.size, joins)
+        n_groups = int(group.max()) + 1
         members = np.bincount(group, minlength=n_groups)
         if members.max() < 2:
             return alpha, beta
@@ -386,25 +433,33 @@ class ComputeModel:
     def fit_rank(self, i: int) -> tuple[float, float]:
         """Rank i's (alpha, beta) from its history (the prior scaled to it while no fixed cost is
         identified); NaN without observations."""
-        return self._fit_rank(i)
+        self._ensure_fits(np.array([int(i)]), batch=False)
+        a, b = self._fits[int(i)].tolist()
+        return a, b
 
-    def _fit_rank(self, i: int) -> tuple[float, float]:
-        """Rank i's (alpha, beta), computed once per change of its history (a decision asks for
-        it up to three times: change detection, the fit, the uncertainty)."""
-        if len(self._rank_fits) != len(self.obs):
-            self._rank_fits = [None] * len(self.obs)
-        got = self._rank_fits[i]
-        if got is None:
-            got = self._rank_fits[i] = self._compute_rank_fit(i)
-        return got
+    def _ensure_fits(self, ranks: np.ndarray, batch: bool = True) -> None:
+        """Compute the cached fit (``_compute_rank_fit``) of each rank of ``ranks`` whose history
+        changed since its last fit: in one numpy pass (``_batch_fit``) from ``BATCH_FIT_MIN`` of
+        them when ``batch``, else rank by rank. A decision asks for a rank's fit up to three
+        times (change detection, the fit, the uncertainty)."""
+        stale = ranks[~self._fresh[ranks]]
+        if batch and stale.size >= BATCH_FIT_MIN:
+            self._batch_fit(stale.tolist())
+            stale = stale[~self._fresh[stale]]
+        for i in stale.tolist():
+            self._fits[i] = self._compute_rank_fit(i)
+            self._fresh[i] = True
 
     def _batch_fit(self, ranks: list[int]) -> None:
         """``_compute_rank_fit`` of many ranks at once (numpy over all their points; the same
         formulas, summed in another order: equal to about 1e-12). A decision at hundreds of
         ranks refits nearly every rank, since each gets a new observation per interval."""
-        counts = np.array([len(self.obs[i]) for i in ranks])
+        rk = np.asarray(ranks, dtype=int)
+        counts = self._n[rk]
         have = counts > 0
         if not have.any():
+            self._fits[rk] = np.nan
+            self._fresh[rk] = True
             return
         pts = self._points(ranks)
         b, t, r = pts[:, 0], pts[:, 1], pts[:, 2]
@@ -430,28 +485,27 @@ class ComputeModel:
         ratio = seg(w * t / b) / sw
         a_out = np.where(ident & (beta > 0) & (alpha >= 0), alpha, 0.0)
         b_out = np.where(ident & (beta > 0), np.where(alpha >= 0, beta, through0), ratio)
-        priors = [self.prior[i] for i, h in zip(ranks, have) if h]
-        if any(p is not None for p in priors):
-            a0 = np.array([p[0] if p is not None else np.nan for p in priors])
-            b0 = np.array([p[1] if p is not None else np.nan for p in priors])
+        prior = self._prior[rk[have]]
+        a0, b0 = prior[:, 0], prior[:, 1]
+        scaled = np.isfinite(a0) & ~ident
+        if scaled.any():
             pred = np.repeat(a0, cnt) + np.repeat(b0, cnt) * b
             with np.errstate(divide="ignore", invalid="ignore"):
                 scale = seg(w * pred * t) / seg(w * pred * pred)
-            scaled = np.array([p is not None for p in priors]) & ~ident
             a_out = np.where(scaled, scale * a0, a_out)
             b_out = np.where(scaled, scale * b0, b_out)
-        out = iter(zip(a_out.tolist(), b_out.tolist()))
-        for i, h in zip(ranks, have):
-            self._rank_fits[i] = next(out) if h else (math.nan, math.nan)
+        self._fits[rk[have]] = np.stack([a_out, b_out], axis=1)
+        self._fits[rk[~have]] = np.nan
+        self._fresh[rk] = True
 
     def _points(self, ranks: list[int]) -> np.ndarray:
         """The (b, t, rel. error) points of ``ranks`` (ascending) laid end to end, (points, 3)
         floats: a selection from every rank's points, built once per change of the histories (a
         decision reads them up to four times: change test, batch fit, pooling, scatter)."""
         if self._all_points is None:
-            counts = np.array([len(d) for d in self.obs], dtype=int)
-            flat = chain.from_iterable(chain.from_iterable(self.obs))
-            self._all_points = (np.fromiter(flat, dtype=float, count=3 * int(counts.sum())).reshape(-1, 3), counts)
+            valid = np.arange(self.history) < self._n[:, None]
+            pts = np.stack([self._b[valid], self._t[valid], self._r[valid]], axis=1)
+            self._all_points = (pts, self._n.copy())
         pts, counts = self._all_points
         if len(ranks) == len(counts):
             return pts
@@ -465,13 +519,14 @@ class ComputeModel:
         over its k points with a positive prediction (0 without such points); NaN for a rank
         with fewer than two observations. One numpy pass over every rank's points (a decision
         at 1024 ranks spent ~10 ms on this in Python)."""
-        n = len(self.obs)
+        n = self._n.size
         out = np.full(n, np.nan)
-        counts = np.array([len(d) for d in self.obs], dtype=int)
+        counts = self._n
         many = np.flatnonzero(counts >= 2)
         if many.size == 0:
             return out
-        fits = np.array([self._fit_rank(int(i)) for i in many], dtype=float)
+        self._ensure_fits(many, batch=False)
+        fits = self._fits[many]
         cnt = counts[many]
         pts = self._points(many.tolist())
         a, b = np.repeat(fits[:, 0], cnt), np.repeat(fits[:, 1], cnt)
@@ -488,24 +543,31 @@ class ComputeModel:
         return out
 
     def _compute_rank_fit(self, i: int) -> tuple[float, float]:
-        bs, ts = [p[0] for p in self.obs[i]], [p[1] for p in self.obs[i]]
-        ws = [precision_weight(p[2]) for p in self.obs[i]]
-        prior = self.prior[i]
-        if prior is not None and not identified(bs):
-            return fit_scaled(prior, bs, ts, ws)
+        k = int(self._n[i])
+        bs, ts = self._b[i, :k].tolist(), self._t[i, :k].tolist()
+        ws = [precision_weight(r) for r in self._r[i, :k].tolist()]
+        a0, b0 = self._prior[i].tolist()
+        if not math.isnan(a0) and not identified(bs):
+            return fit_scaled((a0, b0), bs, ts, ws)
         return fit_affine(bs, ts, ws)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"obs": [list(d) for d in self.obs], "prior": [None if p is None else list(p) for p in self.prior],
+        return {"obs": self.obs, "prior": [None if p is None else list(p) for p in self.prior],
                 "pending": [None if p is None else [p[0], list(p[1])] for p in self.pending], "resets": self.resets}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._fit = self._all_points = None
-        # (b, t) pairs of a checkpoint from before the weights: equal weights
-        self.obs = [deque((_triple(p) for p in d), maxlen=self.history) for d in state.get("obs", [])]
-        self.pending = [None if p is None else (int(p[0]), _triple(p[1]))
-                        for p in state.get("pending", [None] * len(self.obs))]
-        self.prior = [None if p is None else (float(p[0]), float(p[1]))
-                      for p in state.get("prior", [None] * len(self.obs))]
+        obs = state.get("obs", [])
+        self._resize(len(obs))
+        for i, d in enumerate(obs):
+            # (b, t) pairs of a checkpoint from before the weights: equal weights
+            pts = [_triple(p) for p in d][-self.history:]
+            self._n[i] = len(pts)
+            for j, (b, t, r) in enumerate(pts):
+                self._b[i, j], self._t[i, j], self._r[i, j] = b, t, r
+        for i, p in enumerate(state.get("pending", [None] * len(obs))):
+            if p is not None:
+                self._pend[i], self._pend_pt[i] = int(p[0]), _triple(p[1])
+        for i, p in enumerate(state.get("prior", [None] * len(obs))):
+            if p is not None:
+                self._prior[i] = (float(p[0]), float(p[1]))
         self.resets = int(state.get("resets", 0))
-        self._rank_fits = [None] * len(self.obs)

@@ -4,8 +4,7 @@ controllers, the PPO anchor, the live reward and the simulator, beside the compu
 (model.py) whose fits they split by."""
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -18,6 +17,33 @@ TIE_Z = 3.0              # predicted times differing by less than this many stan
 TIE_TOL_MAX = 0.10       # ... and by less than this share (a noisy interval does not tie unlike ranks)
 
 
+def seed_runs(m: int, joins: Callable[[int, int, int], np.ndarray], bound: Sequence[int] | None = None) -> np.ndarray:
+    """Group ids (0, 1, ...) of ``m`` items walked in order: an item joins the current group when it
+    is close enough to the group's first item (its seed), else it seeds the next group, so every
+    group is a run of consecutive items.
+
+    ``joins(s, lo, hi)``: for items ``lo .. hi - 1`` (all after ``s``), whether each would join seed
+    ``s`` (a bool array). ``bound[s]`` (optional): an item index from which no item can join ``s``
+    (a superset of the candidates, so an item before it may still fail). A run is found with a few
+    numpy calls, in windows growing fourfold, instead of one Python comparison per item: a decision at
+    1024 ranks with ~15 groups spent ~3 ms per walk in Python (session 42). Pure."""
+    group = np.empty(m, dtype=int)
+    g = s = 0
+    while s < m:
+        stop = m if bound is None else min(m, int(bound[s]))
+        end, width = s + 1, 4
+        while end < stop:
+            hi = min(stop, end + width)
+            ok = np.asarray(joins(s, end, hi), dtype=bool)
+            if not ok.all():
+                end += int(np.argmin(ok))
+                break
+            end, width = hi, 4 * width
+        group[s:end] = g
+        g, s = g + 1, end
+    return group
+
+
 def tie_groups(preds: np.ndarray, rel_se: np.ndarray) -> np.ndarray:
     """Group ids (0, 1, ... from the smallest prediction) of the columns of ``preds`` that the
     measurements cannot tell apart.
@@ -26,26 +52,35 @@ def tie_groups(preds: np.ndarray, rel_se: np.ndarray) -> np.ndarray:
     standard errors (<= 0 or NaN: unknown, tied to nothing). Walking the columns in order of the
     first row, a column joins the current group when every one of its k predictions is within
     ``TIE_Z`` combined standard errors of the group's first column (its seed) and within
-    ``TIE_TOL_MAX`` of it; otherwise it seeds the next group. Comparing with the seed, not the
-    previous column, keeps a chain of small steps from tying the ends. Pure."""
+    ``TIE_TOL_MAX`` of it; otherwise it seeds the next group (``seed_runs``). Comparing with the
+    seed, not the previous column, keeps a chain of small steps from tying the ends. A column
+    whose first prediction is more than ``TIE_TOL_MAX`` (or ``TIE_Z`` combined errors with the
+    largest error) above the seed's cannot join it, which bounds each seed's candidates. Pure."""
     p = np.atleast_2d(np.asarray(preds, dtype=float))
     rel = np.asarray(rel_se, dtype=float).reshape(-1)
     m = p.shape[1]
     if rel.size != m:
         raise ValueError(f"tie_groups: {rel.size} standard errors for {m} predictions")
-    rl = np.where(np.isfinite(rel) & (rel > 0), rel, 0.0).tolist()
-    rows = p.T.tolist()
-    group = [0] * m
-    g, s = -1, -1
-    for k in np.argsort(p[0], kind="stable").tolist():
-        if s >= 0:
-            tol = min(TIE_Z * math.hypot(rl[k], rl[s]), TIE_TOL_MAX) if rl[k] > 0 and rl[s] > 0 else 0.0
-            if tol > 0 and all(abs(x / y - 1.0) <= tol for x, y in zip(rows[k], rows[s])):
-                group[k] = g
-                continue
-        g, s = g + 1, k
-        group[k] = g
-    return np.array(group, dtype=int)
+    order = np.argsort(p[0], kind="stable")
+    q = p[:, order]
+    with np.errstate(invalid="ignore"):
+        rl = np.where(np.isfinite(rel) & (rel > 0), rel, 0.0)[order]
+        widest = np.minimum(TIE_Z * np.hypot(rl, rl.max(initial=0.0)), TIE_TOL_MAX)
+        bound = np.where(rl > 0, np.searchsorted(q[0], q[0] * (1.0 + widest) * (1.0 + 1e-9), side="right"),
+                         np.arange(m) + 1) if (np.isfinite(q[0]).all() and (q[0] > 0).all()) else None
+
+    def joins(s: int, lo: int, hi: int) -> np.ndarray:
+        r = rl[lo:hi]
+        if rl[s] <= 0:
+            return np.zeros(hi - lo, dtype=bool)
+        tol = np.minimum(TIE_Z * np.hypot(r, rl[s]), TIE_TOL_MAX)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            close = (np.abs(q[:, lo:hi] / q[:, s:s + 1] - 1.0) <= tol).all(axis=0)
+        return (r > 0) & (tol > 0) & close
+
+    group = np.empty(m, dtype=int)
+    group[order] = seed_runs(m, joins, bound)
+    return group
 
 
 def equal_time_split(alpha: np.ndarray, beta: np.ndarray, total: float, lo: float, hi: np.ndarray) -> np.ndarray:

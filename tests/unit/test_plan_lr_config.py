@@ -218,3 +218,21 @@ def test_water_fill_is_the_bisection_solution_exactly():
                                     [1, 1, 1, 1, 1, 2, 229])):
         x = water_fill(np.array(w), np.array(lo), np.array(hi, dtype=float), total)
         assert np.allclose(x, want), x
+
+
+def test_quantize_rounds_each_rank_as_its_definition():
+    """plan.quantize (one numpy pass) gives, per rank, int(round(s / q)) * q clipped to
+    [min_batch, max_batch_i] (round half to even, as Python's round), for halves, negatives and
+    proposals too large for 64-bit integers; a non-finite size is an error naming its rank."""
+    from dynamix_hvd.plan import PlanBounds, PlanError, quantize
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        n, q = int(rng.integers(1, 40)), int(rng.choice([1, 2, 8]))
+        maxb = tuple(int(x) * q for x in rng.integers(1, 40, n))
+        bounds = PlanBounds(max_batch=maxb, min_batch=q, quantum=q, deadband=0.0)
+        s = rng.choice([rng.uniform(-10, 400), rng.integers(0, 300) + 0.5 * q, 1e30, -1e30], n)
+        want = [min(max(int(round(float(x) / q)) * q, q), maxb[r]) for r, x in enumerate(s)]
+        if sum(want) >= bounds.min_global_batch:
+            assert quantize(s, bounds) == want
+    with pytest.raises(PlanError, match="rank 1 is nan"):
+        quantize([1.0, math.nan], PlanBounds(max_batch=(8, 8)))
