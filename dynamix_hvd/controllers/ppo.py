@@ -27,7 +27,8 @@ A departure from goodput's plan that goodput undoes at the next decision, once i
 departed batch for an interval, is *refuted*; after ``refute`` (default 2) refutations in a row in
 one direction, departures that way are refused for a back-off that doubles at every closing
 (``controllers.policy.refute``; ``refute=0`` turns the guard off; off with ``finetune=True``, whose
-transitions must be the actions the policy sampled).
+transitions must be the actions the policy sampled). With ``warmup=K`` no departure is taken in the
+first K decisions of a job either.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class PPOController(Controller):
                  finetune_lr: float = 1e-4, finetune_epochs: int = 4, finetune_seed: int | None = None,
                  reference_goodput_fn: Callable[[ClusterState], float] | None = None, trust: float = 0.0,
                  members: Sequence[str | os.PathLike] = (), ensemble: str = "consensus", support: bool = True,
-                 margin: float = 0.0, refute: int = 2) -> None:
+                 margin: float = 0.0, refute: int = 2, warmup: int = 0) -> None:
         super().__init__(bounds, base_batch)
         from dynamix_hvd.controllers.policy.ensemble import RULES
         if ensemble not in RULES:
@@ -77,7 +78,10 @@ class PPOController(Controller):
             raise ValueError(f"refute={refute!r}: an integer >= 0 (0: off)")
         # departures goodput undoes once it has measured them are not repeated (controllers/policy/refute.py);
         # off while fine-tuning: the fine-tuner learns from the actions it sampled, which must be the ones taken
-        self.refute = RefutedDepartures(limit=0 if finetune else refute)
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup={warmup!r}: an integer >= 0 (0: off)")
+        # ... nor taken during the first ``warmup`` decisions of a job (the same guard, the same exception)
+        self.refute = RefutedDepartures(limit=0 if finetune else refute, warmup=0 if finetune else warmup)
         from dynamix_hvd.controllers.policy.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig
         import torch
@@ -295,6 +299,9 @@ class PPOController(Controller):
         scale = self.action_config.scale(gidx)
         if self.refute.allow(_direction(scale)):
             return gidx, None
+        if self.refute.t <= self.refute.warmup:
+            return (self.action_config.noop_global, f"global scale {scale:g} refused: decision {self.refute.t} of "
+                    f"the first {self.refute.warmup}, where goodput's plan is taken")
         return (self.action_config.noop_global,
                 f"global scale {scale:g} refused: goodput undid the last {self.refute.limit} departures that way")
 

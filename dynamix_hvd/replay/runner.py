@@ -166,14 +166,14 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
                     raise ValueError(f"controller {name!r}: support={value!r} (expected on or off)")
                 kwargs["support"] = value == "on"
                 continue
-            if key == "refute":         # refute=0: repeat departures goodput undid (controllers/policy/refute.py)
-                if not value.isdigit():
-                    raise ValueError(f"controller {name!r}: refute={value!r} (expected an integer >= 0)")
-                kwargs["refute"] = int(value)
+            if key in ("refute", "warmup"):   # refute=0: repeat departures goodput undid; warmup=K: none in
+                if not value.isdigit():        # the first K decisions (controllers/policy/refute.py)
+                    raise ValueError(f"controller {name!r}: {key}={value!r} (expected an integer >= 0)")
+                kwargs[key] = int(value)
                 continue
             if key not in ("trust", "margin"):
                 raise ValueError(f"controller {name!r}: unknown option {key!r} "
-                                 "(known: trust, margin, ensemble, support, refute)")
+                                 "(known: trust, margin, ensemble, support, refute, warmup)")
             try:
                 kwargs[key] = float(value)
             except ValueError:

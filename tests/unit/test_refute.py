@@ -82,6 +82,21 @@ def _time(sim, name: str, seed: int) -> tuple[float, list[str]]:
     return sim.time, reasons
 
 
+def _plans(sim, name: str, seed: int, k: int) -> list[tuple[int, ...]]:
+    """The first ``k`` plans ``name`` chooses on ``sim`` (per-rank batch sizes)."""
+    from dynamix_hvd.decide import control_loop
+    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.replay.runner import build_controller
+    from dynamix_hvd.safety import MoveLimits
+    sim.reset(seed)
+    ctl = build_controller(name, sim, seed)
+    out = []
+    for _, plan, _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch), limits=MoveLimits(),
+                                   max_intervals=k):
+        out.append(plan.batch_sizes)
+    return out
+
+
 def test_the_default_stops_repeating_departures_goodput_undoes(tmp_path):
     """deepspeech2's curves on bert's step times at N = 32 (a pairing no policy was trained on): the
     default grows the batch at every other decision and goodput undoes it each time; with the guard
@@ -119,3 +134,44 @@ def test_the_guard_is_off_while_fine_tuning():
     assert PPOController(bounds, 32, finetune=True).refute.limit == 0
     with pytest.raises(ValueError, match="refute=True"):
         PPOController(bounds, 32, refute=True)
+
+
+def test_no_departure_during_the_warmup_then_the_guard_as_before():
+    r = RefutedDepartures(limit=2, warmup=3)
+    for t in range(1, 4):
+        r.judge(100.0, 100.0)
+        assert r.t == t and not r.allow(+1) and not r.allow(-1) and r.allow(0)
+    r.judge(100.0, 100.0)
+    assert r.allow(+1) and r.allow(-1)             # decision 4: departures open
+    s = RefutedDepartures(limit=2, warmup=3)
+    s.load_state_dict(r.state_dict())
+    assert s.allow(+1)                             # a resumed job does not start its warm-up again
+    r.reset()
+    r.judge(100.0, 100.0)
+    assert not r.allow(+1) and r.warmup == 3       # a new job does
+    assert RefutedDepartures(limit=0, warmup=2).allow(+1) is False   # the warm-up holds with the guard off
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="warmup="):
+            RefutedDepartures(warmup=bad)
+
+
+def test_the_policy_takes_goodputs_plan_during_its_warmup():
+    """cifar10, N = 8, seed 5, where the default departs at its first decisions: with warmup=6 its
+    first six plans are goodput's and the log says why; fine-tuning turns the warm-up off."""
+    from dynamix_hvd.controllers.ppo import PPOController
+    from dynamix_hvd.plan import PlanBounds
+    from dynamix_hvd.replay.worlds import WorldSpec, build_sim
+    sim = build_sim(WorldSpec("cifar10", 8, "none", 5))
+    plain, free, held = (_plans(sim, name, 5, 7) for name in ("goodput", "ppo", f"ppo:{DEFAULT}?refute=2&warmup=6"))
+    assert held == plain and free != plain       # the default departs from goodput in its first six plans
+    _, reasons = _time(sim, f"ppo:{DEFAULT}?refute=2&warmup=6", 5)
+    refused = [(k, r) for k, r in enumerate(reasons[:6]) if " refused: " in r]
+    assert refused and all(f"refused: decision {k + 1} of the first 6, where goodput's plan" in r for k, r in refused)
+    assert not any("refused: decision" in r for r in reasons[6:])
+    bounds = PlanBounds(max_batch=[256] * 4)
+    assert PPOController(bounds, 32, warmup=5).refute.warmup == 5
+    assert PPOController(bounds, 32, warmup=5, finetune=True).refute.warmup == 0
+    with pytest.raises(ValueError, match="warmup=-1"):
+        PPOController(bounds, 32, warmup=-1)
+    with pytest.raises(ValueError, match="warmup='x'"):
+        _time(sim, f"ppo:{DEFAULT}?warmup=x", 5)

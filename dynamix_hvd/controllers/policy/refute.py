@@ -15,6 +15,10 @@ refutations in one direction with no confirmation between them, departures that 
 for ``cooldown`` decisions, doubled at every closing (exponential back-off: the workload's
 preferences change as training progresses, so a direction is retried, ever more rarely).
 
+With ``warmup`` = K, no departure is allowed in the first K decisions of a job (goodput's plan is
+taken), whatever the guard's state: its fits (the compute model, the overlap, the noise scale) start
+from nothing, and a departure made then is judged against a model with little history.
+
 Pure bookkeeping, no I/O: the controller calls ``judge`` once goodput has chosen from the new state,
 ``allow`` before taking a departure, and ``record`` with the departure it took.
 """
@@ -29,6 +33,7 @@ class RefutedDepartures:
     """Per direction (+1 larger, -1 smaller global batch): consecutive refutations and closings."""
 
     limit: int = 2                 # refutations in a row that close a direction (0: the guard is off)
+    warmup: int = 0                # the first decisions of a job, during which no departure is allowed
     cooldown: int = 10             # decisions a direction stays closed the first time (doubled each time)
     tolerance: float = 0.05        # goodput going back by less than this share of the departed batch keeps it
     t: int = 0                     # decisions seen
@@ -41,6 +46,8 @@ class RefutedDepartures:
     def __post_init__(self) -> None:
         if not (isinstance(self.limit, int) and self.limit >= 0):
             raise ValueError(f"refute limit={self.limit!r}: an integer >= 0 (0: off)")
+        if isinstance(self.warmup, bool) or not (isinstance(self.warmup, int) and self.warmup >= 0):
+            raise ValueError(f"warmup={self.warmup!r}: an integer >= 0 (0: off)")
         if not (isinstance(self.cooldown, int) and self.cooldown >= 1):
             raise ValueError(f"refute cooldown={self.cooldown!r}: an integer >= 1")
         if not (0.0 <= self.tolerance < 1.0):
@@ -79,8 +86,13 @@ class RefutedDepartures:
             self.last_verdict = f"goodput kept the last departure ({departed:.0f} -> {goodput_B:.0f})"
 
     def allow(self, direction: int) -> bool:
-        """Whether a departure in ``direction`` (+1 / -1) may be taken now."""
-        return not self.on or direction == 0 or self.t >= self.closed_until[direction]
+        """Whether a departure in ``direction`` (+1 / -1) may be taken now: not during the first
+        ``warmup`` decisions of the job, nor while that direction is closed."""
+        if direction == 0:
+            return True
+        if self.t <= self.warmup:
+            return False
+        return not self.on or self.t >= self.closed_until[direction]
 
     def record(self, direction: int) -> None:
         """The departure taken at this decision (``direction`` 0: none), to be judged at the next."""
