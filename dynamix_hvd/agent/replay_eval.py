@@ -57,14 +57,31 @@ GAP_CELL = 1.15
 def _file_hash(path: str) -> str:
     """The policy file's content hash (the cache key), with any controller options after it
     (``PATH?trust=X``) kept in the key; no file: the shipped default's; an ensemble (``A+B+C``):
-    its files' hashes joined by '+'."""
+    its files' hashes joined by '+'. The guard's options are keyed as they run (``_keyed_options``)."""
     from dynamix_hvd.replay.runner import policy_files, split_policy_spec
     f, opts = split_policy_spec(path)
     files = policy_files(f)
     if not files:
         from dynamix_hvd.controllers.policy.io import default_policy_path
         files = [str(default_policy_path())]
+    opts = _keyed_options(opts)
     return "+".join(hashlib.sha1(Path(x).read_bytes()).hexdigest()[:12] for x in files) + (f"?{opts}" if opts else "")
+
+
+def _keyed_options(opts: str) -> str:
+    """Controller options as a cache key: the options given, then the departure guard's defaults
+    they leave out (``refute``, the PPO controller's default; ``warmup``, the anchor's history),
+    so that a change of those defaults does not read episodes run under the old ones; ``warmup=0``
+    is left out of the key, as in the caches written before the warm-up existed (session 42)."""
+    import inspect
+
+    from dynamix_hvd.controllers.policy.actions import ANCHOR_HISTORY
+    from dynamix_hvd.controllers.ppo import PPOController
+    parts = [kv for kv in opts.split("&") if kv]
+    given = {kv.partition("=")[0] for kv in parts}
+    defaults = {"refute": inspect.signature(PPOController).parameters["refute"].default, "warmup": ANCHOR_HISTORY}
+    parts += [f"{k}={v}" for k, v in defaults.items() if k not in given]
+    return "&".join(kv for kv in parts if not (kv.startswith("warmup=") and kv[7:].isdigit() and int(kv[7:]) == 0))
 
 
 Task = tuple[tuple[str, int, str, str, tuple[int, ...], str], list[str], str | None]   # (world, keys, cache)

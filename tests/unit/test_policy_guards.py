@@ -74,11 +74,11 @@ def test_ensemble_and_support_in_the_controller(tmp_path):
     from dynamix_hvd.replay.runner import build_controller, run_controller
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
     spec = WorldSpec("cifar10", 8, "none", 5)          # a world where the policy departs from goodput
-    t_pol, _, _ = _episode(spec, f"ppo:{H20}")
+    t_pol, _, _ = _episode(spec, f"ppo:{H20}?warmup=0")      # (in its first decisions: no warm-up)
     t_goodput = run_controller(build_sim(spec), "goodput", spec.seed)["time_to_target_s"]
     assert t_pol != pytest.approx(t_goodput, rel=1e-6)
     # an ensemble of one policy with itself acts as the policy
-    t_ens, ctl, _ = _episode(spec, f"ppo:{H20}+{H20}?ensemble=consensus")
+    t_ens, ctl, _ = _episode(spec, f"ppo:{H20}+{H20}?ensemble=consensus&warmup=0")
     assert len(ctl.members) == 1 and t_ens == pytest.approx(t_pol, rel=1e-12)
     # members must observe and act alike (the previous default sees features h20 does not)
     sim = build_sim(spec)
@@ -91,14 +91,14 @@ def test_ensemble_and_support_in_the_controller(tmp_path):
     cols = observation_columns(cfg)
     nowhere = Support(cols, np.full(len(cols), 5.0), np.full(len(cols), 5.0))
     path = write_support(H20, nowhere, tmp_path / "h20_nowhere.zip")
-    t_sup, ctl, reasons = _episode(spec, f"ppo:{path}")
+    t_sup, ctl, reasons = _episode(spec, f"ppo:{path}?warmup=0")
     assert ctl.supports[0] is not None and t_sup == pytest.approx(t_goodput, rel=1e-12)
     assert all("outside its training support" in r for r in reasons)
     # support=False ignores the record
     from dynamix_hvd.controllers.ppo import PPOController
     sim = build_sim(spec)
     assert PPOController(sim.bounds(), sim.base_batch, policy=path, support=False).supports == [None]
-    t_off, ctl, _ = _episode(spec, f"ppo:{path}?support=off")       # the replay's spelling
+    t_off, ctl, _ = _episode(spec, f"ppo:{path}?support=off&warmup=0")       # the replay's spelling
     assert ctl.supports == [None] and t_off == pytest.approx(t_pol, rel=1e-12)
     with pytest.raises(ValueError, match="support='no'"):
         build_controller(f"ppo:{path}?support=no", sim, 0)
@@ -120,8 +120,8 @@ def test_policy_support_command_records_the_training_support(tmp_path, capsys):
 
 def test_an_ensemble_is_cached_and_checked_by_every_file():
     from dynamix_hvd.agent.replay_eval import _file_hash, _pairs
-    one = _file_hash(H20)
-    assert _file_hash(f"{H20}+{H20}?ensemble=median") == f"{one}+{one}?ensemble=median"
+    one = _file_hash(H20).partition("?")[0]
+    assert _file_hash(f"{H20}+{H20}?ensemble=median") == f"{one}+{one}?ensemble=median&refute=2&warmup=16"
     assert _pairs([f"e={H20}+{H20}"], "--policy") == {"e": f"{H20}+{H20}"}
     with pytest.raises(ValueError, match="policy file nowhere.zip not found"):
         _pairs([f"e={H20}+nowhere.zip"], "--policy")

@@ -104,7 +104,7 @@ def test_the_default_stops_repeating_departures_goodput_undoes(tmp_path):
     from dynamix_hvd.replay.runner import make_world
     sim = make_world(str(_chimera(tmp_path, "deepspeech2", "bert")), "job_3_norm", 32).sim
     t_goodput, _ = _time(sim, "goodput", 12)
-    t_unguarded, _ = _time(sim, f"ppo:{DEFAULT}?refute=0", 12)
+    t_unguarded, _ = _time(sim, f"ppo:{DEFAULT}?refute=0&warmup=0", 12)
     t_default, reasons = _time(sim, "ppo", 12)
     assert t_unguarded > 1.10 * t_goodput
     assert t_default < 1.05 * t_goodput
@@ -118,8 +118,8 @@ def test_a_departure_goodput_keeps_is_not_refused():
     guard changes nothing."""
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
     sim = build_sim(WorldSpec("cifar10", 8, "none", 5))
-    t_guarded, reasons = _time(sim, "ppo", 5)
-    t_unguarded, _ = _time(sim, f"ppo:{DEFAULT}?refute=0", 5)
+    t_guarded, reasons = _time(sim, f"ppo:{DEFAULT}?warmup=0", 5)
+    t_unguarded, _ = _time(sim, f"ppo:{DEFAULT}?refute=0&warmup=0", 5)
     assert t_guarded == pytest.approx(t_unguarded, rel=1e-9)
     assert not any("refused: goodput undid" in r for r in reasons)
 
@@ -156,13 +156,15 @@ def test_no_departure_during_the_warmup_then_the_guard_as_before():
 
 
 def test_the_policy_takes_goodputs_plan_during_its_warmup():
-    """cifar10, N = 8, seed 5, where the default departs at its first decisions: with warmup=6 its
-    first six plans are goodput's and the log says why; fine-tuning turns the warm-up off."""
+    """cifar10, N = 8, seed 5, where the policy without a warm-up departs in its first decisions: with
+    warmup=6 its first six plans are goodput's and the log says why; the default warm-up is the goodput
+    model's history (16 decisions); fine-tuning turns the warm-up off."""
     from dynamix_hvd.controllers.ppo import PPOController
     from dynamix_hvd.plan import PlanBounds
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
     sim = build_sim(WorldSpec("cifar10", 8, "none", 5))
-    plain, free, held = (_plans(sim, name, 5, 7) for name in ("goodput", "ppo", f"ppo:{DEFAULT}?refute=2&warmup=6"))
+    plain, free, held = (_plans(sim, name, 5, 7) for name in ("goodput", f"ppo:{DEFAULT}?warmup=0",
+                                                               f"ppo:{DEFAULT}?refute=2&warmup=6"))
     assert held == plain and free != plain       # the default departs from goodput in its first six plans
     _, reasons = _time(sim, f"ppo:{DEFAULT}?refute=2&warmup=6", 5)
     refused = [(k, r) for k, r in enumerate(reasons[:6]) if " refused: " in r]
@@ -170,6 +172,8 @@ def test_the_policy_takes_goodputs_plan_during_its_warmup():
     assert not any("refused: decision" in r for r in reasons[6:])
     bounds = PlanBounds(max_batch=[256] * 4)
     assert PPOController(bounds, 32, warmup=5).refute.warmup == 5
+    assert PPOController(bounds, 32).refute.warmup == 16          # the default: the goodput model's history
+    assert PPOController(bounds, 32, warmup=0).refute.warmup == 0
     assert PPOController(bounds, 32, warmup=5, finetune=True).refute.warmup == 0
     with pytest.raises(ValueError, match="warmup=-1"):
         PPOController(bounds, 32, warmup=-1)

@@ -103,15 +103,15 @@ def _untrained_policy(tmp_path, cfg: ReplayEnvConfig, seed: int = 0, hidden: int
 
 def test_env_acts_exactly_as_the_live_controller(tmp_path):
     """An env episode driven by a policy = `dynamix replay` with that policy file (same seed), the
-    deployment guards off as in the env (no support recorded; ``refute=0``: the env trains the
-    policy without the refuted-departure guard, session 40)."""
+    deployment guards off as in the env (no support recorded; ``refute=0`` and ``warmup=0``: the env
+    trains the policy without the departure guard of sessions 40 and 42)."""
     from dynamix_hvd.replay.runner import run_controller
     cfg = ReplayEnvConfig(workloads=("cifar10",), n_range=(2, 8), n_max=8)
     path, policy = _untrained_policy(tmp_path, cfg)
     for spec in (WorldSpec("cifar10", 8, "job_3_norm", 3), WorldSpec("bert", 5, "synthetic", 4)):
         opts = {"spec": spec, "goodput_s": 1e9, "goodput_decisions": 10 ** 6}   # never truncated: run to the target
         _, _, info = _episode(ReplayEnv(cfg, pool_seed=0), opts, policy)
-        live = run_controller(build_sim(spec), f"ppo:{path}?refute=0", spec.seed)
+        live = run_controller(build_sim(spec), f"ppo:{path}?refute=0&warmup=0", spec.seed)
         assert live["time_to_target_s"] == pytest.approx(info["time_s"], rel=1e-12)
 
 
@@ -245,13 +245,13 @@ def test_trust_keeps_the_policy_to_departures_the_goodput_model_calls_near_ties(
     spec = WorldSpec("cifar10", 8, "none", 5)
     sim = build_sim(spec)
     sim.reset(spec.seed)
-    ctl = build_controller(f"ppo:{pol}?trust=0.000001", sim, spec.seed)
+    ctl = build_controller(f"ppo:{pol}?trust=0.000001&warmup=0", sim, spec.seed)
     assert isinstance(ctl, PPOController) and ctl.trust == 1e-6
     refused = 0
     for _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch), limits=MoveLimits()):
         refused += "refused" in (ctl.last_reason or "")
     assert refused > 0
-    off = run_controller(build_sim(spec), f"ppo:{pol}", spec.seed)["time_to_target_s"]
+    off = run_controller(build_sim(spec), f"ppo:{pol}?warmup=0", spec.seed)["time_to_target_s"]
     assert sim.reached and sim.time != pytest.approx(off, rel=1e-6)
     with pytest.raises(ValueError, match="unknown option 'trsut'"):
         build_controller(f"ppo:{pol}?trsut=0.1", sim, 0)
@@ -268,13 +268,13 @@ def test_margin_keeps_the_policy_to_confident_departures():
     pol = "dynamix_hvd/agent/policies/imitate_h20.zip"
     spec = WorldSpec("cifar10", 8, "none", 5)
     good = run_controller(build_sim(spec), "goodput", spec.seed)["time_to_target_s"]
-    never = run_controller(build_sim(spec), f"ppo:{pol}?margin=1e9", spec.seed)["time_to_target_s"]
-    free = run_controller(build_sim(spec), f"ppo:{pol}", spec.seed)["time_to_target_s"]
+    never = run_controller(build_sim(spec), f"ppo:{pol}?margin=1e9&warmup=0", spec.seed)["time_to_target_s"]
+    free = run_controller(build_sim(spec), f"ppo:{pol}?warmup=0", spec.seed)["time_to_target_s"]
     assert never == pytest.approx(good, rel=1e-9)
     assert free != pytest.approx(good, rel=1e-6)
     # a negative margin departs where the no-op's logit is the best by less than that: with an
     # unreachable one, at every decision inside the support, so the run differs from the argmax's
-    always = run_controller(build_sim(spec), f"ppo:{pol}?margin=-1e9", spec.seed)["time_to_target_s"]
+    always = run_controller(build_sim(spec), f"ppo:{pol}?margin=-1e9&warmup=0", spec.seed)["time_to_target_s"]
     assert always != pytest.approx(free, rel=1e-6) and always != pytest.approx(good, rel=1e-6)
     sim = build_sim(spec)
     with pytest.raises(ValueError, match="margin=inf"):

@@ -79,3 +79,17 @@ def test_policies_only_runs_a_baseline_named_in_oracles(tmp_path, capsys):
     assert "cached the policies' episodes" in capsys.readouterr().out
     ctls = sorted(k.split("|")[4] for k in json.loads(cache.read_text()))
     assert len(ctls) == 2 and ctls[0] == "goodput" and ctls[1].startswith("ppo#"), ctls
+
+
+def test_the_cache_key_holds_the_guards_settings_as_they_run():
+    """A policy's cache key names the departure guard's settings it runs with, defaults included, so
+    an episode cached under an older default is not read as one of the new (session 42: the warm-up
+    became the default; caches from before it keyed ``?refute=2`` for no warm-up, and still do)."""
+    from dynamix_hvd.agent.replay_eval import _file_hash
+    from dynamix_hvd.controllers.policy.io import default_policy_path
+    h = _file_hash("").partition("?")[0]
+    path = str(default_policy_path())
+    assert _file_hash("") == _file_hash(path) == _file_hash(f"{path}?refute=2&warmup=16") == f"{h}?refute=2&warmup=16"
+    assert _file_hash(f"{path}?refute=2&warmup=0") == f"{h}?refute=2"           # the pre-warm-up key
+    assert _file_hash(f"{path}?warmup=8&trust=0.03") == f"{h}?warmup=8&trust=0.03&refute=2"
+    assert _file_hash(f"{path}?refute=0&warmup=0") == f"{h}?refute=0"

@@ -36,6 +36,7 @@ from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
 
 ANCHORS = ("current", "balanced", "goodput")
+ANCHOR_HISTORY = 16      # intervals the anchor's compute model keeps; the PPO controller's default warm-up
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class BalancedAnchor:
     like the proportional and goodput controllers. Until every rank has a finite fit it returns
     the current sizes rescaled to the target."""
 
-    def __init__(self, history: int = 16) -> None:
+    def __init__(self, history: int = ANCHOR_HISTORY) -> None:
         self.model = ComputeModel(history=history)
         self.lasting = LastingGain()
         self.evidence: SplitEvidence | None = None   # do the measurements justify a re-split?
@@ -141,7 +142,7 @@ class BalancedAnchor:
 class GoodputAnchor(BalancedAnchor):
     """``BalancedAnchor`` whose global batch is the goodput model's current choice."""
 
-    def __init__(self, bounds: PlanBounds, base_batch: int, history: int = 16) -> None:
+    def __init__(self, bounds: PlanBounds, base_batch: int, history: int = ANCHOR_HISTORY) -> None:
         from dynamix_hvd.controllers.goodput import GoodputController
         self.goodput = GoodputController(bounds, base_batch, history=history)
         self.model = self.goodput.model          # one fit, shared with the split
