@@ -80,9 +80,9 @@ class PPOController(Controller):
             raise ValueError(f"refute={refute!r}: an integer >= 0 (0: off)")
         # departures goodput undoes once it has measured them are not repeated (controllers/policy/refute.py);
         # off while fine-tuning: the fine-tuner learns from the actions it sampled, which must be the ones taken
+        self.refute = RefutedDepartures(limit=0 if finetune else refute)
         if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0):
             raise ValueError(f"warmup={warmup!r}: an integer >= 0 (0: off; None: the goodput model's history)")
-        self.refute = RefutedDepartures(limit=0 if finetune else refute)
         from dynamix_hvd.controllers.policy.actions import ActionConfig
         from dynamix_hvd.state import N_FEATURES, ObsConfig
         import torch
