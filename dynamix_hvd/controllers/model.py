@@ -160,7 +160,7 @@ class ComputeModel:
         t = np.asarray(times, dtype=float).reshape(-1)
         rels = np.full(n, np.nan) if rel_se is None else np.asarray(rel_se, dtype=float).reshape(-1)
         # every rank's deviation from its own history, before any rank's history changes
-        devs = self._deviations(b.tolist(), t.tolist(), rels.tolist())
+        devs = self._deviations(b, t, rels)
         with np.errstate(invalid="ignore"):
             ok = np.isfinite(t) & (t > 0) & (b > 0)
             r = np.where(np.isfinite(rels) & (rels > 0), rels, np.nan)
@@ -219,7 +219,7 @@ class ComputeModel:
                  changed=[w.changed for w in state.workers],
                  rel_se=[w.compute_se_s / w.compute_s if w.compute_s > 0 else math.nan for w in state.workers])
 
-    def _deviations(self, sizes: list[float], times: list[float], rels: list[float]) -> np.ndarray:
+    def _deviations(self, sizes: Sequence[float], times: Sequence[float], rels: Sequence[float]) -> np.ndarray:
         """Per rank: +1/-1 when its new time is further from its history's prediction than the
         tolerance, else 0 (0 for a rank without history or without a point of the same size).
 
