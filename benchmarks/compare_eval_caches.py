@@ -32,10 +32,12 @@ def main(argv=None) -> int:
     p.add_argument("cache_b")
     p.add_argument("--controller", default="goodput", help="label in cache A (and B unless --controller-b)")
     p.add_argument("--controller-b", default=None)
+    p.add_argument("--by-workers", action="store_true", help="also the geometric means per world size")
     a = p.parse_args(argv)
     A = _cells(json.loads(Path(a.cache_a).read_text()), a.controller)
     B = _cells(json.loads(Path(a.cache_b).read_text()), a.controller_b or a.controller)
     per_wl: dict[str, list[float]] = defaultdict(list)
+    per_n: dict[tuple[int, bool], list[float]] = defaultdict(list)
     for cell in sorted(set(A) & set(B)):
         seeds = sorted(set(A[cell]) & set(B[cell]))
         if not seeds:
@@ -44,12 +46,19 @@ def main(argv=None) -> int:
         mb = float(np.median([B[cell][s] for s in seeds]))
         r = mb / ma if math.isfinite(ma) and ma > 0 else math.nan
         per_wl[cell[0]].append(r)
+        per_n[(int(cell[2]), cell[1] != "none")].append(r)
         print(f"{cell[0]:12s} {cell[1]:26s} N={cell[2]:>3s} seeds {len(seeds):2d}  A {ma:9.0f} s  B {mb:9.0f} s  B/A {r:.3f}")
     allr = [r for v in per_wl.values() for r in v]
     if not allr:
         print("no cell in both caches")
         return 1
     print("\ngeomean B/A per workload: " + "  ".join(f"{w} {math.exp(np.mean(np.log(v))):.3f}" for w, v in per_wl.items()))
+    if a.by_workers:
+        print("geomean B/A per world size (homogeneous: trace none; heterogeneous: the others):")
+        for n in sorted({k[0] for k in per_n}):
+            parts = [f"{name} {math.exp(np.mean(np.log(v))):.3f} (max {max(v):.3f}, {len(v)} cells)"
+                     for name, v in (("homogeneous", per_n.get((n, False))), ("heterogeneous", per_n.get((n, True)))) if v]
+            print(f"  N={n:3d}  " + "  ".join(parts))
     print(f"overall {math.exp(np.mean(np.log(allr))):.3f} over {len(allr)} cells; max cell {max(allr):.3f}, min {min(allr):.3f}")
     return 0
 

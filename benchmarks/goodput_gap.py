@@ -52,7 +52,17 @@ the median time to target per workload relative to plain goodput:
   one the job will have, and the efficiency model's error grows with that growth
   (``benchmarks/efficiency_error.py``);
 * ``causal4``: the causal oracle within goodput's global-batch range (true curves, last
-  interval's speeds).
+  interval's speeds);
+* ``ditherM`` / ``ditherMdD`` / ``ditherM+MODE`` (e.g. ``dither8``): goodput's split moved by
+  +-D (default 0.125) at one decision in M, alternate ranks up and down, the global batch kept: the
+  compute histories then hold two local sizes per rank, so the fixed cost is identified without
+  changing the global batch (session 43, 6 seeds, traces none / PAI job 3, N = 8 and 32: dither8
+  bert 1.005x, cifar10 1.019x, deepspeech2 1.001x, ncf 1.000x goodput; trueTB 0.978 / 0.970 /
+  0.960 / 0.995x in the same worlds);
+* ``spancS`` / ``spancS+MODE`` (e.g. ``spanc+dither8``): goodput's overlap fit also identified when
+  the slowest compute of its history spans S (default 0.1) at one global batch (the dithered
+  intervals give it that span; session 43, 4 seeds, trace none: spanc+dither8 0.982 / 1.030 / 1.024
+  / 1.001x, spanc alone 1.000 / 0.991 / 1.014 / 1.000x).
 
 Since session 31 (8fef71f) goodput fits the overlap over the batches it ran; the ``fitO`` /
 ``fitOprobeM`` figures in docs/policy.md were measured at 108cb0c, before that, by a patch that
@@ -216,6 +226,49 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             return run(wl, trace, n, seed, "goodput")
         finally:
             gmod.GoodputController.__init__ = orig_init
+    if mode.startswith("spanc"):       # spancS[+MODE]: goodput's overlap fit also once the slowest compute spans S (0.1)
+        import dynamix_hvd.controllers.goodput as gmod
+        spec, _, inner = mode[5:].partition("+")
+        cspan = float(spec) if spec else 0.1
+        orig_fit = gmod.fit_overlap
+
+        def span_fit(c, e, B, **kw):
+            got = orig_fit(c, e, B, **kw)
+            if got is not None:
+                return got
+            cc = np.asarray(c, dtype=float)
+            cc = cc[np.isfinite(cc)]
+            if cc.size >= 2 and cc.max() > (1.0 + cspan) * cc.min():
+                return orig_fit(c, e, np.where(np.asarray(c, dtype=float) == cc.max(), 2.0, 1.0))
+            return None
+        gmod.fit_overlap = span_fit
+        try:
+            return run(wl, trace, n, seed, inner or "goodput")
+        finally:
+            gmod.fit_overlap = orig_fit
+    if mode.startswith("dither"):      # ditherM[dD][+MODE]: goodput's split moved +-D (0.125) at one decision in M
+        import dynamix_hvd.controllers.goodput as gmod
+        spec, _, inner = mode[6:].partition("+")
+        every, _, d = spec.partition("d")
+        every, d = int(every), float(d) if d else 0.125
+        orig_decide = gmod.GoodputController.decide
+        count = {"k": 0}
+
+        def dither_decide(self, state):
+            b = np.asarray(orig_decide(self, state), dtype=float)
+            count["k"] += 1
+            k = count["k"]
+            if k % every != every // 2 or b.size < 2:
+                return list(b)
+            sign = np.where(np.arange(b.size) % 2 == (k // every) % 2, 1.0, -1.0)
+            out = np.maximum(np.round(b * (1.0 + d * sign)), 1.0)
+            out[np.argmax(out)] += b.sum() - out.sum()          # the global batch unchanged
+            return list(out)
+        gmod.GoodputController.decide = dither_decide
+        try:
+            return run(wl, trace, n, seed, inner or "goodput")
+        finally:
+            gmod.GoodputController.decide = orig_decide
     if mode == "causal4":
         t = run_one(sim, "causal4", seed)["time_to_target_s"]
     elif mode.startswith("probe"):     # probeM[gG]: 1.6 x goodput's global batch at one decision in M
