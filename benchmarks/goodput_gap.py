@@ -54,15 +54,14 @@ the median time to target per workload relative to plain goodput:
 * ``causal4``: the causal oracle within goodput's global-batch range (true curves, last
   interval's speeds);
 * ``ditherM`` / ``ditherMdD`` / ``ditherM+MODE`` (e.g. ``dither8``): goodput's split moved by
-  +-D (default 0.125) at one decision in M, alternate ranks up and down, the global batch kept: the
-  compute histories then hold two local sizes per rank, so the fixed cost is identified without
-  changing the global batch (session 43, 6 seeds, traces none / PAI job 3, N = 8 and 32: dither8
-  bert 1.005x, cifar10 1.019x, deepspeech2 1.001x, ncf 1.000x goodput; trueTB 0.978 / 0.970 /
-  0.960 / 0.995x in the same worlds);
+  +-D (default 0.125) for one interval at one decision in M, alternate ranks up and down, the
+  global batch kept, goodput's own split restored at the next decision: the compute histories then
+  hold two local sizes per rank, so the fixed cost is identified without changing the global batch
+  (session 43, 6 seeds, traces none / PAI job 3, N = 8 and 32: dither8 bert 1.015x, cifar10 1.000x,
+  deepspeech2 0.995x, ncf 1.000x goodput; trueTB 0.978 / 0.970 / 0.960 / 0.995x in the same worlds);
 * ``spancS`` / ``spancS+MODE`` (e.g. ``spanc+dither8``): goodput's overlap fit also identified when
   the slowest compute of its history spans S (default 0.1) at one global batch (the dithered
-  intervals give it that span; session 43, 4 seeds, trace none: spanc+dither8 0.982 / 1.030 / 1.024
-  / 1.001x, spanc alone 1.000 / 0.991 / 1.014 / 1.000x).
+  intervals give it that span; session 43, same worlds: spanc+dither8 1.009 / 0.966 / 1.015 / 1.000x).
 
 Since session 31 (8fef71f) goodput fits the overlap over the batches it ran; the ``fitO`` /
 ``fitOprobeM`` figures in docs/policy.md were measured at 108cb0c, before that, by a patch that
@@ -252,14 +251,23 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
         every, _, d = spec.partition("d")
         every, d = int(every), float(d) if d else 0.125
         orig_decide = gmod.GoodputController.decide
-        count = {"k": 0}
+        count: dict = {"k": 0, "shares": None}
 
         def dither_decide(self, state):
             b = np.asarray(orig_decide(self, state), dtype=float)
             count["k"] += 1
             k = count["k"]
+            if count["shares"] is not None:
+                # the interval after a dither: goodput's global batch on the split it had chosen
+                # before the dither (without evidence against the current split goodput keeps its
+                # proportions, so the dither would otherwise last)
+                out = np.maximum(np.round(count["shares"] * b.sum()), 1.0)
+                out[np.argmax(out)] += b.sum() - out.sum()
+                count["shares"] = None
+                return list(out)
             if k % every != every // 2 or b.size < 2:
                 return list(b)
+            count["shares"] = b / b.sum()
             sign = np.where(np.arange(b.size) % 2 == (k // every) % 2, 1.0, -1.0)
             out = np.maximum(np.round(b * (1.0 + d * sign)), 1.0)
             out[np.argmax(out)] += b.sum() - out.sum()          # the global batch unchanged
