@@ -1,10 +1,11 @@
 """``dynamix policy-support``: record a policy's training support in its file.
 
 The support (``controllers.policy.support``) is the box of the observations the policy meets in
-the worlds it was trained in. ``fit_policy_support`` rolls the policy out (support ignored) on
-``worlds`` worlds drawn as its training drew them (its ``dynamix_config``: workloads, trace
-families, world sizes, perturbations, noise-scale model; ``replay.worlds.draw_spec``, from a seed
-of its own) and fits the box of every observation it acted on; ``write_support`` writes a copy of
+the worlds it was trained in. ``fit_policy_support`` rolls the policy out as it was trained (support,
+refuted-departure guard and warm-up off) on ``worlds`` worlds drawn as its training drew them (its
+``dynamix_config``: workloads, trace families, world sizes, perturbations, noise-scale model;
+``replay.worlds.draw_spec``, from a seed of its own; ``large_worlds`` more from the upper half of
+its world sizes) and fits the box of every observation it acted on; ``write_support`` writes a copy of
 the policy file with the box in its ``dynamix_config``. ``train-policy --method imitate`` records
 it from its DAgger aggregate directly (``imitate.train_imitation``).
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import zipfile
 from pathlib import Path
@@ -38,8 +40,11 @@ def global_columns() -> tuple[int, ...]:
 
 
 def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
-                       max_decisions: int = 2000, radius_quantile: float = RADIUS_QUANTILE) -> Support:
-    """The support of the observations policy ``path`` acts on in ``worlds`` of its training worlds."""
+                       max_decisions: int = 2000, radius_quantile: float = RADIUS_QUANTILE,
+                       large_worlds: int = 0) -> Support:
+    """The support of the observations policy ``path`` acts on in ``worlds`` of its training worlds,
+    and in ``large_worlds`` more whose N is drawn from the upper half (in log) of its training range
+    (N log-uniform over the whole range rarely draws the largest worlds it was trained on)."""
     from dynamix_hvd.controllers.policy.io import load_policy
     from dynamix_hvd.controllers.ppo import PPOController
     from dynamix_hvd.replay.runner import run_controller
@@ -47,15 +52,20 @@ def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
     _, cfg = load_policy(path)
     if worlds < 1:
         raise ValueError(f"worlds={worlds}: must be >= 1")
-    rng = np.random.default_rng([seed, 7117])
-    n_range = tuple(cfg.get("n_range", (2, 64)))
+    if large_worlds < 0:
+        raise ValueError(f"large_worlds={large_worlds}: must be >= 0")
+    rng, rng_large = np.random.default_rng([seed, 7117]), np.random.default_rng([seed, 7118])
+    lo, hi = (int(x) for x in cfg.get("n_range", (2, 64)))
+    upper = (max(lo, int(round(math.sqrt(lo * hi)))), hi)
+    draws = [(rng, (lo, hi))] * worlds + [(rng_large, upper)] * large_worlds
     obs: list[np.ndarray] = []
-    for _ in range(worlds):
-        spec = draw_spec(rng, tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), tuple(cfg.get("traces") or TRACE_FAMILIES),
-                         (int(n_range[0]), int(n_range[1])), float(cfg.get("perturb_prob", 0.7)),
-                         gns_model=str(cfg.get("gns_model", "run")))
+    for r, n_range in draws:
+        spec = draw_spec(r, tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), tuple(cfg.get("traces") or TRACE_FAMILIES),
+                         n_range, float(cfg.get("perturb_prob", 0.7)), gns_model=str(cfg.get("gns_model", "run")))
         sim = build_sim(spec)
-        ctl = PPOController(sim.bounds(), sim.base_batch, policy=path, support=False)
+        # the policy as it was trained: no support, no refuted-departure guard, no warm-up (they ride on
+        # top of it live; with them the rollouts, and so the recorded support, depend on the guards)
+        ctl = PPOController(sim.bounds(), sim.base_batch, policy=path, support=False, refute=0, warmup=0)
         act = ctl.act
 
         def recording_act(o: np.ndarray, act=act) -> tuple[np.ndarray, int]:
@@ -96,6 +106,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worlds", type=int, default=24, help="training worlds to roll the policy out on")
     p.add_argument("--seed", type=int, default=0, help="seed of the world draws")
     p.add_argument("--max-decisions", type=int, default=2000, help="per world, at most")
+    p.add_argument("--large-worlds", type=int, default=0,
+                   help="more worlds with N from the upper half (in log) of the training range")
     p.add_argument("--radius-quantile", type=float, default=RADIUS_QUANTILE,
                    help="the radius: this quantile of the decisions' nearest-neighbour distances")
 
@@ -103,10 +115,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dynamix_hvd.controllers.policy.io import PolicyLoadError
     try:
-        sup = fit_policy_support(args.policy, args.worlds, args.seed, args.max_decisions, args.radius_quantile)
+        sup = fit_policy_support(args.policy, args.worlds, args.seed, args.max_decisions, args.radius_quantile,
+                                 args.large_worlds)
     except (ValueError, OSError, PolicyLoadError) as exc:
         print(f"dynamix policy-support: {exc}")
         return 2
     write_support(args.policy, sup, args.out)
-    print(f"support of {args.policy} over {sup.rows} observations in {args.worlds} worlds -> {args.out}")
+    extra = f" (+ {args.large_worlds} with N in the upper half of its range)" if args.large_worlds else ""
+    print(f"support of {args.policy} over {sup.rows} observations in {args.worlds} worlds{extra} -> {args.out}")
     return 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,6 +117,29 @@ def test_policy_support_command_records_the_training_support(tmp_path, capsys):
     assert all(np.array_equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert main(["policy-support", str(tmp_path / "missing.zip"), "--out", str(tmp_path / "x.zip")]) == 2
     assert "missing.zip" in capsys.readouterr().out
+
+
+def test_the_shipped_default_is_its_policy_with_the_support_the_command_records(tmp_path):
+    """default.json's recipe: ``policy-support imitate_h20.zip --worlds 24`` writes default.zip byte for
+    byte. The rollouts run the policy as it was trained, without the guard and the warm-up that the
+    controller adds on top (with them, since session 40, it recorded 48,352 rows instead of 48,671)."""
+    from dynamix_hvd.cli import main
+    out = tmp_path / "default.zip"
+    assert main(["policy-support", H20, "--worlds", "24", "--out", str(out)]) == 0
+    assert out.read_bytes() == (Path(H20).parent / "default.zip").read_bytes()
+
+
+def test_policy_support_large_worlds_are_drawn_from_the_upper_world_sizes(tmp_path, capsys):
+    from dynamix_hvd.cli import main
+    from dynamix_hvd.controllers.policy.io import load_policy
+    out = tmp_path / "h20_large.zip"
+    assert main(["policy-support", H20, "--worlds", "1", "--large-worlds", "2", "--max-decisions", "10",
+                 "--out", str(out)]) == 0
+    sup = Support.from_dict(load_policy(out)[1]["support"])
+    j = sup.columns.index("log_world_size")          # log2(N) / 10; the upper half of 2..64 starts at 11
+    assert sup.hi[j] >= math.log2(11) / 10 - 1e-9
+    assert main(["policy-support", H20, "--large-worlds", "-1", "--out", str(tmp_path / "x.zip")]) == 2
+    assert "large_worlds=-1" in capsys.readouterr().out
 
 
 def test_an_ensemble_is_cached_and_checked_by_every_file():
