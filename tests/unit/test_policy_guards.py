@@ -120,12 +120,13 @@ def test_policy_support_command_records_the_training_support(tmp_path, capsys):
 
 
 def test_the_shipped_default_is_its_policy_with_the_support_the_command_records(tmp_path):
-    """default.json's recipe: ``policy-support imitate_h20.zip --worlds 24`` writes default.zip byte for
-    byte. The rollouts run the policy as it was trained, without the guard and the warm-up that the
-    controller adds on top (with them, since session 40, it recorded 48,352 rows instead of 48,671)."""
+    """default.json's recipe: ``policy-support imitate_h20.zip --worlds 24 --large-worlds 24`` writes
+    default.zip byte for byte. The rollouts run the policy as it was trained, without the guard and the
+    warm-up that the controller adds on top (with them, from session 40 to 43, the command recorded
+    another support than the shipped one)."""
     from dynamix_hvd.cli import main
     out = tmp_path / "default.zip"
-    assert main(["policy-support", H20, "--worlds", "24", "--out", str(out)]) == 0
+    assert main(["policy-support", H20, "--worlds", "24", "--large-worlds", "24", "--out", str(out)]) == 0
     assert out.read_bytes() == (Path(H20).parent / "default.zip").read_bytes()
 
 
