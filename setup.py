@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, find_namespace_packages, setup
 from setuptools.command.build_ext import build_ext
 
 
@@ -47,7 +47,9 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    packages=find_packages(include=["dynamix_hvd", "dynamix_hvd.*"]),
+    # namespace discovery: the data directories (policies, scenarios, traces, lib) are packages of
+    # their own to setuptools; package-data in pyproject.toml says which of their files ship
+    packages=find_namespace_packages(include=["dynamix_hvd", "dynamix_hvd.*"], exclude=["*.__pycache__"]),
     ext_modules=[CMakeExtension("dynamix_hvd._native")],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
