@@ -47,8 +47,8 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    # namespace discovery: the data directories (policies, scenarios, traces, lib) are packages of
-    # their own to setuptools; package-data in pyproject.toml says which of their files ship
+    # namespace discovery: the data directories (policies, scenarios, traces) are packages of their
+    # own to setuptools; package-data in pyproject.toml says which of their files ship
     packages=find_namespace_packages(include=["dynamix_hvd", "dynamix_hvd.*"], exclude=["*.__pycache__"]),
     ext_modules=[CMakeExtension("dynamix_hvd._native")],
     cmdclass={"build_ext": CMakeBuild},
