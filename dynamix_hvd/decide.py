@@ -184,6 +184,9 @@ class Decider:
                                                     revert_B)
             record["reason"] = "; ".join([r for r in (getattr(self.controller, "last_reason", None),) if r]
                                          + notes) or None
+            outcome = getattr(self.controller, "last_outcome", None)
+            if outcome is not None:
+                record["policy"] = outcome
             if proposal is not current:
                 self.say(f"dynamix: step {record.get('step', start_step)}: plan {list(current.batch_sizes)} -> "
                          f"{list(proposal.batch_sizes)} ({self.controller.name}): {record['reason']}")

@@ -59,6 +59,7 @@ class DecisionRecord:
     controller_error: str | None = None      # repr of the controller's exception (plan unchanged)
     finetune: dict[str, Any] | None = None   # online fine-tuning counters
     reward: float | None = None              # fine-tuning: reward of the previous action
+    policy: str | None = None                # a learned policy: what became of its choice (ppo.POLICY_OUTCOMES)
 
     @property
     def plan_changed(self) -> bool:

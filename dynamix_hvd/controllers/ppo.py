@@ -31,6 +31,14 @@ transitions must be the actions the policy sampled). No departure is taken in th
 decisions of a job either (default: the goodput model's history, 16 decisions; ``warmup=0`` turns it
 off): on workloads made of two measured halves, a growth in the first 16 decisions that goodput then
 kept cost up to 5% (session 42).
+
+Each decision also says, in one word, what became of the policy's own choice (``last_outcome``,
+the decision log's ``policy`` field; ``POLICY_OUTCOMES``): ``outside_support`` (the observation was
+outside the policy's training support: goodput's plan), ``noop`` (the policy chose goodput's plan),
+``warmup`` / ``refuted`` / ``trust`` (it departed and that gate refused it), ``held`` (its per-worker
+moves were dropped because the measurements do not justify a re-split, and it chose no global
+scale) or ``departed`` (its departure went on to the plan bounds and move limits, which may still
+cap it). The live bench counts them per run.
 """
 from __future__ import annotations
 
@@ -47,6 +55,9 @@ from dynamix_hvd.controllers.evidence import MIN_EXCESS
 from dynamix_hvd.controllers.policy.refute import RefutedDepartures
 from dynamix_hvd.plan import PlanBounds
 from dynamix_hvd.records import ClusterState
+
+
+POLICY_OUTCOMES = ("outside_support", "noop", "warmup", "refuted", "trust", "held", "departed")
 
 
 class PPOController(Controller):
@@ -112,6 +123,7 @@ class PPOController(Controller):
         self.supports = [self._support(c, p) if support else None
                          for c, p in [(cfg, policy)] + [(mcfg, m) for (_, mcfg), m in zip(loaded, members)]]
         self.last_outside: list[tuple[str, float, float, float]] = []
+        self.last_outcome: str | None = None       # one of POLICY_OUTCOMES, for the decision log
         from dynamix_hvd.controllers.policy.actions import make_anchor
         self.anchor = make_anchor(self.action_config, bounds, base_batch)
         # ... nor taken during the first ``warmup`` decisions of a job (default: as many as the goodput
@@ -268,6 +280,7 @@ class PPOController(Controller):
             self.refute.judge(getattr(self.anchor, "B", None), float(sum(sizes)))
         obs = self.observe(state)
         levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
+        chosen = bool(np.any(levels != 0)) or gidx != self.action_config.noop_global
         gidx, trust_note = self._within_trust(gidx)
         gidx, refute_note = self._not_refuted(gidx)
         ev = getattr(self.anchor, "evidence", None)
@@ -277,6 +290,9 @@ class PPOController(Controller):
             # per-worker moves are not applied either (issue 26); the anchor's own re-split of a
             # lasting 4-10% imbalance still is
             levels = np.zeros_like(levels)
+        self.last_outcome = _outcome(chosen, bool(self.last_outside), trust_note, refute_note,
+                                     self.refute.t <= self.refute.warmup,
+                                     bool(np.any(levels != 0)) or gidx != self.action_config.noop_global)
         self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None), self.refute.last_verdict,
                                                  f"policy levels {_short(levels.astype(int).tolist())}, global scale "
                                                  f"{self.action_config.scale(gidx):g}", trust_note, refute_note,
@@ -416,6 +432,20 @@ class PPOController(Controller):
 def _short(xs: list, k: int = 8) -> str:
     """A list for a log line: at most ``k`` entries, then how many more."""
     return str(xs) if len(xs) <= k else f"{xs[:k]} ... (+{len(xs) - k})"
+
+
+def _outcome(chosen: bool, outside: bool, trust_note: str | None, refute_note: str | None, in_warmup: bool,
+             applied: bool) -> str:
+    """What became of the policy's choice at one decision (one of ``POLICY_OUTCOMES``)."""
+    if not chosen:
+        return "outside_support" if outside else "noop"
+    if applied:
+        return "departed"
+    if trust_note:
+        return "trust"
+    if refute_note:
+        return "warmup" if in_warmup else "refuted"
+    return "held"
 
 
 def _direction(scale: float) -> int:

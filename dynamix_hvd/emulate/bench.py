@@ -16,6 +16,9 @@ time_to_target_s  training-clock seconds until the first evaluation at or above 
                   (evaluation pauses the clock); null when not reached within max_time_s
 balance_efficiency mean over steps of  sum_i compute_i / (N * max_i compute_i)  (1 = no waiting)
 decisions         number of plan changes the controller made
+policy            (a learned policy only) how many of its decisions ended in each outcome of
+                  ``controllers.ppo.POLICY_OUTCOMES`` (the decision log's ``policy`` field): whether
+                  the policy departed from goodput's plan at all, or answered outside its support
 With ``--repeats N`` each entry holds medians and the N runs under "repeats". Repeat k runs every
 controller with the scenario's seed + k (``--seeds per-repeat``, the default: model initialisation
 and sample order differ between repeats, so their medians average the evaluation noise, and the
@@ -97,6 +100,16 @@ def plan_changes(run_dir: Path) -> int:
     return max((rec.next_plan.version for rec in read_decisions(run_dir / "events.jsonl")), default=0)
 
 
+def policy_outcomes(run_dir: Path) -> dict[str, int]:
+    """How many decisions of a run ended in each outcome of a learned policy's choice (empty for
+    a controller without a policy)."""
+    counts: dict[str, int] = {}
+    for rec in read_decisions(run_dir / "events.jsonl"):
+        if rec.policy is not None:
+            counts[rec.policy] = counts.get(rec.policy, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def run_metrics(run_dir: Path) -> dict[str, Any]:
     """The results.json entry of one run, plus extra figures (train_time_s, steps, ...)."""
     s = read_summary(run_dir)
@@ -107,7 +120,11 @@ def run_metrics(run_dir: Path) -> dict[str, Any]:
             "final_accuracy_last": s.final_accuracy,
             "samples_per_s": s.samples_per_s, "balance_efficiency": balance_efficiency(rank_logs(run_dir)),
             "decisions": plan_changes(run_dir), "train_time_s": s.train_time_s, "steps": s.steps,
-            "wall_s": s.wall_s, "final_plan": s.final_plan}
+            "wall_s": s.wall_s, "final_plan": s.final_plan, **_policy_entry(policy_outcomes(run_dir))}
+
+
+def _policy_entry(counts: dict[str, int]) -> dict[str, Any]:
+    return {"policy": counts} if counts else {}
 
 
 # ---- running ----------------------------------------------------------------------------------
@@ -200,7 +217,18 @@ def format_table(results: dict[str, Any]) -> str:
         rows.append((name, f"{ttt:.1f}" if ttt is not None else "not reached", rel, f"{m['final_accuracy']:.3f}",
                      f"{m['samples_per_s']:.0f}", f"{m['balance_efficiency']:.2f}", str(m["decisions"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    for name, m in ctl.items():
+        if m.get("policy"):
+            lines.append(format_policy(name, m["policy"], len(m.get("repeats", [m]))))
+    return "\n".join(lines)
+
+
+def format_policy(name: str, counts: dict[str, int], repeats: int) -> str:
+    """One line: what became of a learned policy's choice over its decisions (all repeats)."""
+    n = sum(counts.values())
+    parts = ", ".join(f"{k} {v} ({v / n:.0%})" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return f"{name}: the policy's choice at its {n} decisions ({repeats} run{'s' * (repeats != 1)}): {parts}"
 
 
 def combine(ms: list[dict[str, Any]]) -> dict[str, Any]:
@@ -218,6 +246,11 @@ def combine(ms: list[dict[str, Any]]) -> dict[str, Any]:
     for k in ("final_accuracy", "samples_per_s", "balance_efficiency", "train_time_s", "wall_s"):
         out[k] = float(np.median([m[k] for m in ok]))
     out["decisions"] = int(np.median([m["decisions"] for m in ok]))
+    total: dict[str, int] = {}
+    for m in ok:                     # the policy's outcomes summed over the repeats
+        for k, v in m.get("policy", {}).items():
+            total[k] = total.get(k, 0) + v
+    out.update(_policy_entry(dict(sorted(total.items()))))
     out["final_accuracy_last"] = float(np.median([m.get("final_accuracy_last", m["final_accuracy"]) for m in ok]))
     out["repeats"] = ms
     return out

@@ -30,6 +30,10 @@ raises ``ScenarioError`` whose message names the key (``workers[2].per_sample_ms
 
 Top level ``grad_mb`` (default 0): an extra gradient payload of that many megabytes (10^6 bytes)
 allreduced every step with the model's own gradients (``emulate.payload``).
+
+Top level ``lr_rule`` (default ``"none"``): the hook's learning-rate rule for a changing global batch
+(``lr.RULES``). It also sets how far the global batch may grow (``lr.MAX_GROWTH``: not at all under
+``none``), so only a scenario with ``sqrt``, ``linear`` or ``adascale`` lets a controller grow it.
 """
 from __future__ import annotations
 
@@ -38,6 +42,8 @@ import tomllib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+from dynamix_hvd.lr import RULES as LR_RULES
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -102,6 +108,7 @@ class Scenario:
     lr: float = 0.01
     min_global_batch: int | None = None  # the hook's floor on B (None: its default, base_batch * N // 2)
     grad_mb: float = 0.0         # extra gradient payload allreduced every step, megabytes (10^6 bytes)
+    lr_rule: str = "none"        # the hook's LR rule (lr.RULES); "none" also keeps B <= B0
     source: str = ""             # file it was read from, if any
 
     @property
@@ -174,6 +181,7 @@ TOP_KEYS: dict[str, tuple[type, Any, str]] = {
     "lr": (float, _pos, "> 0"),
     "min_global_batch": (int, _pos, ">= 1"),
     "grad_mb": (float, _nonneg, ">= 0"),
+    "lr_rule": (str, lambda s: s in LR_RULES, f"one of {list(LR_RULES)}"),
 }
 REQUIRED_TOP_KEYS = ("name", "workload", "target_accuracy", "max_time_s", "base_batch", "seed")
 TABLE_KEYS = ("workers", "events")

@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +31,11 @@ import torch.nn.functional as F
 from dynamix_hvd import workloads
 from dynamix_hvd.emulate.device import EmulatedDevice, EmulatedOOM, TrainingClock
 from dynamix_hvd.emulate.payload import with_payload
-from dynamix_hvd.emulate.scenario import load_scenario, override
+from dynamix_hvd.emulate.scenario import Scenario, load_scenario, override
 from dynamix_hvd.errors import OutOfMemoryError
+
+if TYPE_CHECKING:
+    from dynamix_hvd.config import DynamixConfig
 
 LINK_ENV = "DYNAMIX_LINK_R{rank}"
 
@@ -92,6 +96,22 @@ def parse_controller(spec: str) -> ControllerSpec:
     return ControllerSpec(name, b, not colon)
 
 
+def hook_config(sc: Scenario, spec: ControllerSpec, world: int, max_batches: Sequence[int],
+                run_dir: Path) -> "DynamixConfig":
+    """The hook's configuration for one bench run of ``spec`` on scenario ``sc`` (pure)."""
+    from dynamix_hvd.config import DynamixConfig  # the hook; imported late so --plain works without it
+    cfg = DynamixConfig(base_batch=sc.base_batch, controller=spec.name, react=spec.react, gns=True,
+                        interval_steps=sc.interval_steps, min_decision_s=0,   # the scenario's cadence
+                        max_batch=tuple(max_batches),
+                        min_global_batch=sc.min_global_batch, lr_rule=sc.lr_rule,
+                        run_dir=str(run_dir), seed=sc.seed, tensorboard=True,
+                        controller_kwargs={"policy": spec.policy} if spec.policy else {})
+    if spec.global_batch is not None:  # oracle@B runs at B even below the floor (before: oracle@48 ran at 64)
+        cfg = replace(cfg, min_global_batch=min(cfg.min_global_batch_for(world), spec.global_batch),
+                      max_batch_growth=max(1.0, spec.global_batch / (sc.base_batch * world)))
+    return cfg
+
+
 def _make_controller(spec: ControllerSpec, cfg: object, world: int, device: EmulatedDevice) -> object | None:
     """The oracle needs the scenario's true speeds; every other controller is built by the hook."""
     if spec.name != "oracle":
@@ -131,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.plain:
         loop = _PlainLoop(model, optimizer, len(data), sc, coll, device)
     else:
-        from dynamix_hvd.config import DynamixConfig  # the hook; imported late so --plain works without it
         if args.engine == "ddp":
             from dynamix_hvd.ddp import Dynamix
         else:
@@ -141,15 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = parse_controller(args.controller)
         # gradient statistics for every controller (gns=True, not auto): the run log's noise scale is
         # what capture-trace writes into the workload's curves, and the controllers compare alike
-        cfg = DynamixConfig(base_batch=sc.base_batch, controller=spec.name, react=spec.react, gns=True,
-                            interval_steps=sc.interval_steps, min_decision_s=0,   # the scenario's cadence
-                            max_batch=tuple(device.max_batches()),
-                            min_global_batch=sc.min_global_batch,
-                            run_dir=str(run_dir), seed=sc.seed, tensorboard=True,
-                            controller_kwargs={"policy": spec.policy} if spec.policy else {})
-        if spec.global_batch is not None:  # oracle@B runs at B even below the floor (before: oracle@48 ran at 64)
-            cfg = replace(cfg, min_global_batch=min(cfg.min_global_batch_for(world), spec.global_batch),
-                          max_batch_growth=max(1.0, spec.global_batch / (sc.base_batch * world)))
+        cfg = hook_config(sc, spec, world, device.max_batches(), run_dir)
         ctl = _make_controller(spec, cfg, world, device) if rank == 0 else None
         loop = Dynamix(model, optimizer, dataset_size=len(data), config=cfg, controller=ctl)
 

@@ -127,6 +127,23 @@ def test_bench_network_free(tmp_path: Path) -> None:
     assert rows[0][5] == rows[0][2] and float(rows[0][3]) == pytest.approx(float(rows[0][1]), abs=0.05), r.stdout
 
 
+def test_bench_counts_what_became_of_the_policys_choice(tmp_path: Path) -> None:
+    """A learned policy's run reports, per outcome, how many of its decisions ended there (the
+    decision log's ``policy`` field), here under a scenario whose LR rule lets the global batch grow."""
+    from dynamix_hvd.controllers.ppo import POLICY_OUTCOMES
+    sc = tmp_path / "tiny.toml"
+    sc.write_text(TINY.replace("seed = 2", 'seed = 2\nlr_rule = "adascale"', 1))
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "dynamix_hvd.cli", "bench", "--scenario", str(sc), "--controllers",
+                        "ppo", "--out", str(out), "--no-netns", "--max-time-s", "4"],
+                       capture_output=True, text=True, timeout=400, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    counts = json.loads((out / "results.json").read_text())["controllers"]["ppo"]["policy"]
+    decisions = read_decisions(out / "ppo")
+    assert set(counts) <= set(POLICY_OUTCOMES) and sum(counts.values()) == len(decisions) >= 1
+    assert f"ppo: the policy's choice at its {len(decisions)} decisions (1 run): " in p.stdout
+
+
 def test_bench_repeats_draw_their_own_seed(tmp_path: Path) -> None:
     # repeat k runs with the scenario's seed + k (paired across controllers), so repeats are
     # independent draws rather than the same run replayed; --seeds same keeps the old behaviour

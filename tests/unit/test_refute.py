@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dynamix_hvd.controllers.policy.refute import RefutedDepartures
@@ -179,3 +180,40 @@ def test_the_policy_takes_goodputs_plan_during_its_warmup():
         PPOController(bounds, 32, warmup=-1)
     with pytest.raises(ValueError, match="warmup='x'"):
         _time(sim, f"ppo:{DEFAULT}?warmup=x", 5)
+
+
+def test_each_decision_says_what_became_of_the_policys_choice(tmp_path):
+    """``last_outcome`` (the decision log's ``policy`` field, counted by the live bench): the gates of
+    the policy's choice in the order they act, checked in a replay world where the policy departs."""
+    from dynamix_hvd.agent.support_fit import observation_columns, write_support
+    from dynamix_hvd.controllers.policy.io import load_policy
+    from dynamix_hvd.controllers.policy.support import Support
+    from dynamix_hvd.controllers.ppo import POLICY_OUTCOMES, _outcome
+    from dynamix_hvd.decide import control_loop
+    from dynamix_hvd.plan import Plan
+    from dynamix_hvd.replay.runner import build_controller
+    from dynamix_hvd.replay.worlds import WorldSpec, build_sim
+    from dynamix_hvd.safety import MoveLimits
+    assert _outcome(False, True, None, None, False, False) == "outside_support"
+    assert _outcome(False, False, None, None, True, False) == "noop"
+    assert _outcome(True, False, "t", None, False, False) == "trust"
+    assert _outcome(True, False, None, "r", True, False) == "warmup"
+    assert _outcome(True, False, None, "r", False, False) == "refuted"
+    assert _outcome(True, False, None, None, False, False) == "held"
+    assert _outcome(True, False, None, None, False, True) == "departed"
+
+    def outcomes(name: str) -> list[str]:
+        sim = build_sim(WorldSpec("cifar10", 8, "none", 5))
+        sim.reset(5)
+        ctl = build_controller(name, sim, 5)
+        return [ctl.last_outcome for _ in control_loop(sim, ctl, sim.bounds(), Plan.uniform(sim.n, sim.base_batch),
+                                                       limits=MoveLimits(), max_intervals=60)]
+    held = outcomes(f"ppo:{DEFAULT}?refute=2&warmup=6")
+    assert set(held) <= set(POLICY_OUTCOMES)
+    assert "warmup" in held[:6] and "warmup" not in held[6:] and "departed" not in held[:6]
+    free = outcomes(f"ppo:{DEFAULT}?warmup=0")
+    assert "departed" in free[:6] and "warmup" not in free
+    cols = observation_columns(load_policy(DEFAULT)[1])
+    nowhere = write_support(DEFAULT, Support(cols, np.full(len(cols), 5.0), np.full(len(cols), 5.0)),
+                            tmp_path / "nowhere.zip")
+    assert set(outcomes(f"ppo:{nowhere}?warmup=0")) == {"outside_support"}

@@ -103,3 +103,27 @@ def test_bench_worker_logs(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"scenario": "x"}))
     with pytest.raises(LogFormatError, match=r"summary\.json: .*missing field\(s\) \['controller'"):
         read_summary(tmp_path)
+
+
+def test_a_learned_policys_outcome_is_logged_and_counted_per_run(tmp_path):
+    """The decision log's ``policy`` field (what became of a learned policy's choice) round-trips and the
+    bench counts it per run, sums it over repeats and prints it; a controller without one has none."""
+    from dynamix_hvd.emulate.bench import combine, format_policy, policy_outcomes
+    w = EventsWriter(tmp_path)
+    for step, outcome in enumerate(["warmup", "outside_support", "departed", "outside_support"], start=1):
+        w.decision(hook_record(step, policy=outcome))
+    w.close()
+    assert [d.policy for d in read_decisions(tmp_path)] == ["warmup", "outside_support", "departed", "outside_support"]
+    assert policy_outcomes(tmp_path) == {"departed": 1, "outside_support": 2, "warmup": 1}
+    plain = tmp_path / "plain"
+    w = EventsWriter(plain)
+    w.decision(hook_record(1))
+    w.close()
+    assert policy_outcomes(plain) == {} and read_decisions(plain)[0].policy is None
+    run = {"time_to_target_s": 1.0, "final_accuracy": 0.9, "samples_per_s": 1.0, "balance_efficiency": 1.0,
+           "train_time_s": 1.0, "wall_s": 1.0, "decisions": 1}
+    both = combine([{**run, "policy": {"departed": 1, "noop": 3}}, {**run, "policy": {"noop": 4}}])
+    assert both["policy"] == {"departed": 1, "noop": 7}
+    assert "policy" not in combine([run, run])
+    assert format_policy("ppo", both["policy"], 2) == \
+        "ppo: the policy's choice at its 8 decisions (2 runs): noop 7 (88%), departed 1 (12%)"

@@ -47,6 +47,22 @@ def test_min_global_batch_is_optional() -> None:
     assert parse_scenario(GOOD.replace("seed = 3", "seed = 3\nmin_global_batch = 8")).min_global_batch == 8
 
 
+def test_lr_rule_is_optional_and_reaches_the_hooks_config(tmp_path) -> None:
+    """The scenario's LR rule is the bench hook's (it also sets how far B may grow: not at all under
+    "none", so a learned policy's growth can reach the plan only under another rule)."""
+    from dynamix_hvd.emulate.worker import hook_config, parse_controller
+    sc = parse_scenario(GOOD)
+    assert sc.lr_rule == "none"
+    cfg = hook_config(sc, parse_controller("ppo"), 2, [64, 1024], tmp_path)
+    assert cfg.lr_rule == "none" and cfg.max_global_batch_for(2) == 32      # B0 = 2 x 16: no growth
+    ada = parse_scenario(GOOD.replace("seed = 3", 'seed = 3\nlr_rule = "adascale"'))
+    assert ada.lr_rule == "adascale"
+    cfg = hook_config(ada, parse_controller("ppo"), 2, [64, 1024], tmp_path)
+    assert cfg.lr_rule == "adascale" and cfg.max_global_batch_for(2) is None     # no cap on B
+    assert load_scenario("hetero4x_adascale").lr_rule == "adascale"
+    assert load_scenario("hetero4x").lr_rule == "none"
+
+
 def test_workers_at_applies_events_in_time() -> None:
     sc = parse_scenario(GOOD)
     assert sc.workers_at(4.9)[1].per_sample_ms == 2.0
@@ -83,6 +99,8 @@ def test_compute_time_model() -> None:
     (('name = "t"', ""), "name"),
     (("fixed_ms = 1\n", ""), "workers[1].fixed_ms"),
     (("seed = 3", "seed = 3\nmin_global_batch = 0"), "min_global_batch"),
+    (("seed = 3", 'seed = 3\nlr_rule = "cosine"'), "lr_rule"),
+    (("seed = 3", "seed = 3\nlr_rule = 1"), "lr_rule"),
 ])
 def test_bad_values_name_the_key(edit: tuple[str, str], key: str) -> None:
     old, new = edit
