@@ -45,7 +45,7 @@ from dynamix_hvd.controllers.ppo import PPOController
 from dynamix_hvd.decide import decide_plan
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.reward import RewardWeights
-from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, WorldSpec, build_sim
+from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, WorldSpec, build_sim, check_loss_noise
 from dynamix_hvd.safety import MoveLimits
 from dynamix_hvd.controllers.policy.refute import RefutedDepartures
 from dynamix_hvd.state import N_FEATURES, ObsConfig, pad_rows
@@ -68,6 +68,7 @@ class ReplayEnvConfig:
     max_decisions_factor: float = 3.0  # truncate at this x goodput's decisions (and the sim's budget)
     loss_penalty: float = 0.0          # extra cost of ending slower than goodput (module doc)
     gns_model: str = "run"             # the worlds' noise-scale model (replay.sim.GNS_MODELS)
+    loss_noise: tuple[float, float] | None = None   # the loss trend's noise drawn per world in (lo, hi)
 
     def __post_init__(self) -> None:
         if self.obs.n_action_levels != self.action.n_levels:
@@ -76,6 +77,8 @@ class ReplayEnvConfig:
             raise ValueError(f"n_range={self.n_range} exceeds n_max={self.n_max}")
         if not (np.isfinite(self.loss_penalty) and self.loss_penalty >= 0):
             raise ValueError(f"loss_penalty={self.loss_penalty}: must be a number >= 0")
+        if self.loss_noise is not None:
+            object.__setattr__(self, "loss_noise", check_loss_noise(self.loss_noise))
 
     @property
     def n_features(self) -> int:
@@ -91,7 +94,8 @@ class ReplayEnvConfig:
                 "reward": RewardWeights().to_dict(),
                 "replay_reward": {"kind": "progress_vs_goodput", "scale": self.reward_scale,
                                   "loss_penalty": self.loss_penalty},
-                "max_decisions_factor": self.max_decisions_factor, "gns_model": self.gns_model}
+                "max_decisions_factor": self.max_decisions_factor, "gns_model": self.gns_model,
+                **({"loss_noise": list(self.loss_noise)} if self.loss_noise is not None else {})}
 
 
 class EnvController(PPOController):
@@ -131,7 +135,7 @@ class ReplayEnv(gym.Env):
         self.cfg = cfg
         self.pool = pool if pool is not None else WorldPool(cfg.workloads, cfg.traces, cfg.n_range,
                                                             cfg.perturb_prob, pool_seed, curriculum=cfg.curriculum,
-                                                            gns_model=cfg.gns_model)
+                                                            gns_model=cfg.gns_model, loss_noise=cfg.loss_noise)
         self.observation_space = gym.spaces.Box(-OBS_LIMIT, OBS_LIMIT, shape=(cfg.n_max, cfg.n_features + 1),
                                                 dtype=np.float32)
         self.action_space = gym.spaces.MultiDiscrete([cfg.action.n_levels] * cfg.n_max + [len(cfg.action.global_scales)])

@@ -61,7 +61,8 @@ def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
     obs: list[np.ndarray] = []
     for r, n_range in draws:
         spec = draw_spec(r, tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), tuple(cfg.get("traces") or TRACE_FAMILIES),
-                         n_range, float(cfg.get("perturb_prob", 0.7)), gns_model=str(cfg.get("gns_model", "run")))
+                         n_range, float(cfg.get("perturb_prob", 0.7)), gns_model=str(cfg.get("gns_model", "run")),
+                         loss_noise=cfg.get("loss_noise"))
         sim = build_sim(spec)
         # the policy as it was trained: no support, no refuted-departure guard, no warm-up (they ride on
         # top of it live; with them the rollouts, and so the recorded support, depend on the guards)

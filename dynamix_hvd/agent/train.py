@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay: extra cost of ending slower than goodput, x the shortfall (0 = plain return)")
     r.add_argument("--gns-model", default="run", choices=list(GNS_MODELS),
                    help="replay: the worlds' noise-scale model (replay.sim.GNS_MODELS; as `dynamix replay --gns-model`)")
+    r.add_argument("--loss-noise", default="", metavar="LO,HI", type=_loss_noise_arg,
+                   help="replay: draw each world's loss-trend observation noise log-uniform in [LO, HI] (default: "
+                        "off, the evaluation worlds' 0.005; live trends are steeper and noisier, session 45)")
     r.add_argument("--no-curriculum", action="store_true", help="replay: sample pooled worlds uniformly")
     r.add_argument("--method", default="ppo", choices=["ppo", "imitate"],
                    help="replay: PPO on the progress reward, or DAgger imitation of causal_safe (agent/imitate.py)")
@@ -78,6 +81,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--save-samples", default="",
                    help="replay, imitate: write the final DAgger aggregate here (imitate.save_samples, .npz): "
                         "refits and ablations start from it with --samples and --dagger-iters 0")
+
+
+def _loss_noise_arg(text: str) -> str:
+    from dynamix_hvd.replay.worlds import parse_loss_noise
+    try:
+        parse_loss_noise(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def env_config_from_args(args: argparse.Namespace) -> EnvConfig:

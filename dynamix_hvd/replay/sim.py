@@ -73,6 +73,7 @@ class Interval:
     link: Link = NO_LINK    # the links over the interval (step-weighted mean; a scenario's links)
 
 
+LOSS_NOISE = 0.005                    # the loss trend's observation noise in every evaluation world
 GNS_MODELS = ("run", "continuous")     # ReplaySim(gns_model=...): how the measured noise scale moves
 
 
@@ -80,7 +81,8 @@ class ReplaySim:
     def __init__(self, progress: ProgressModel, tp: ThroughputModel, trace: SpeedTrace, n: int,
                  speeds: Sequence[float] | None = None, interval_steps: int | None = None,
                  base_batch: int | None = None, budget_factor: float = 20.0, deadband: float = 0.05,
-                 dynamics: Any = None, caps: Sequence[int] | None = None, gns_model: str = "run") -> None:
+                 dynamics: Any = None, caps: Sequence[int] | None = None, gns_model: str = "run",
+                 loss_noise: float = LOSS_NOISE) -> None:
         self.pm, self.tp, self.trace, self.n = progress, tp, trace, int(n)
         self.max_global_batch: int | None = None   # the live hook's cap (set for a scenario), None: the traces' range
         self.dyn = dynamics      # replay.scenario.ScenarioDynamics: hardware, links, events in time
@@ -109,6 +111,11 @@ class ReplaySim:
         if gns_model not in GNS_MODELS:
             raise ValueError(f"gns_model={gns_model!r}: expected one of {GNS_MODELS}")
         self.gns_model = gns_model
+        # the loss trend's observation noise (absolute, per interval); a training option draws it per
+        # world (``worlds.draw_spec(loss_noise=...)``): live trends are steeper and noisier (session 45)
+        if not (math.isfinite(loss_noise) and loss_noise >= 0):
+            raise ValueError(f"loss_noise={loss_noise!r}: must be a number >= 0")
+        self.loss_noise = float(loss_noise)
         self.K = K
         self._raw_template = np.full((self.n, len(RAW_WORKER_FIELDS)), NAN)
         self._raw_template[:, 1] = self.caps
@@ -247,8 +254,8 @@ class ReplaySim:
         gv = phi / self._phi_obs - 1.0 if math.isfinite(self._phi_obs) else 0.0
         self._gap, self._phi_obs = gap, phi
         return {"raw": raw, "noise_scale": phi, "noise_scale_rel_err": self.gns.rel_err,
-                "noise_scale_stable": self.gns.stable, "noise_scale_room": self.gns.growth_room, "loss": gap, "loss_trend": trend + 0.005 * z[-2],
-                "val_loss_trend": trend + 0.005 * z[-3], "grad_var_trend": gv, "progress": self.P / self.K,
+                "noise_scale_stable": self.gns.stable, "noise_scale_room": self.gns.growth_room, "loss": gap, "loss_trend": trend + self.loss_noise * z[-2],
+                "val_loss_trend": trend + self.loss_noise * z[-3], "grad_var_trend": gv, "progress": self.P / self.K,
                 "samples_per_s": B * iv.steps / iv.elapsed, "steps": iv.steps, "elapsed": iv.elapsed,
                 "global_batch": B}
 

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from dynamix_hvd.replay.progress import ProgressModel, build_progress
-from dynamix_hvd.replay.sim import GNS_MODELS, ReplaySim
+from dynamix_hvd.replay.sim import GNS_MODELS, LOSS_NOISE, ReplaySim
 from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import ThroughputModel, build_throughput
 
@@ -61,17 +61,19 @@ class WorldSpec:
     seed: int
     pert: Perturbation = field(default_factory=Perturbation)
     gns_model: str = "run"          # ReplaySim(gns_model=...): how the measured noise scale moves
+    loss_noise: float = LOSS_NOISE  # ReplaySim(loss_noise=...): the loss trend's observation noise
 
     def __post_init__(self) -> None:
         if self.gns_model not in GNS_MODELS:
             raise ValueError(f"gns_model={self.gns_model!r}: expected one of {GNS_MODELS}")
 
     def key(self) -> tuple:
-        return (self.workload, self.n, self.trace, self.seed, self.pert, self.gns_model)
+        return (self.workload, self.n, self.trace, self.seed, self.pert, self.gns_model, self.loss_noise)
 
     def label(self) -> str:
         return (f"{self.workload}/{self.trace}/N={self.n}/s{self.seed}" + ("" if self.pert.identity else "/pert")
-                + ("" if self.gns_model == "run" else f"/gns={self.gns_model}"))
+                + ("" if self.gns_model == "run" else f"/gns={self.gns_model}")
+                + ("" if self.loss_noise == LOSS_NOISE else f"/loss_noise={self.loss_noise:.3g}"))
 
 
 # ---------------------------------------------------------------------- perturbations
@@ -158,7 +160,7 @@ def build_sim(spec: WorldSpec) -> ReplaySim:
         trace = synthetic_trace(spec.n, np.random.default_rng([spec.seed, 11]))
     else:
         trace = _trace(spec.trace)
-    return ReplaySim(pm, tp, trace, spec.n, gns_model=spec.gns_model)
+    return ReplaySim(pm, tp, trace, spec.n, gns_model=spec.gns_model, loss_noise=spec.loss_noise)
 
 
 def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Perturbation:
@@ -180,12 +182,40 @@ def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Pertur
 
 def draw_spec(rng: np.random.Generator, workloads: Sequence[str], traces: Sequence[str] = TRACE_FAMILIES,
               n_range: tuple[int, int] = (2, 64), perturb_prob: float = 0.7, seed_base: int = 1_000_000,
-              gns_model: str = "run") -> WorldSpec:
+              gns_model: str = "run", loss_noise: tuple[float, float] | None = None) -> WorldSpec:
     """One training world: workload and trace uniform, N log-uniform in ``n_range``, a perturbation
-    with probability ``perturb_prob``; seeds from ``seed_base`` up (evaluation uses seeds below it)."""
+    with probability ``perturb_prob``; seeds from ``seed_base`` up (evaluation uses seeds below it).
+    ``loss_noise`` (lo, hi): the loss trend's observation noise log-uniform in it (drawn last, so
+    without it the draws are those of earlier sessions); None: ``sim.LOSS_NOISE``."""
     wl = str(workloads[int(rng.integers(len(workloads)))])
     tr = str(traces[int(rng.integers(len(traces)))])
     lo, hi = n_range
     n = int(np.clip(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.49)))), lo, hi))
     pert = draw_perturbation(rng) if rng.random() < perturb_prob else Perturbation()
-    return WorldSpec(wl, n, tr, int(seed_base + rng.integers(1 << 30)), pert, gns_model)
+    seed = int(seed_base + rng.integers(1 << 30))
+    noise = LOSS_NOISE
+    if loss_noise is not None:
+        lo_n, hi_n = check_loss_noise(loss_noise)
+        noise = float(math.exp(rng.uniform(math.log(lo_n), math.log(hi_n))))
+    return WorldSpec(wl, n, tr, seed, pert, gns_model, noise)
+
+
+def parse_loss_noise(text: str | None) -> tuple[float, float] | None:
+    """``--loss-noise LO,HI`` as a range (None or empty: off); a bad one raises ValueError naming it."""
+    if not text:
+        return None
+    try:
+        return check_loss_noise(tuple(float(x) for x in text.split(",")))
+    except ValueError:
+        raise ValueError(f"--loss-noise {text!r}: expected LO,HI with 0 < LO <= HI (e.g. 0.005,0.06)") from None
+
+
+def check_loss_noise(loss_noise: Sequence[float]) -> tuple[float, float]:
+    """(lo, hi) of a loss-noise range, checked: 0 < lo <= hi."""
+    try:
+        lo, hi = (float(x) for x in loss_noise)
+    except (TypeError, ValueError):
+        raise ValueError(f"loss_noise={loss_noise!r}: expected (lo, hi)") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+        raise ValueError(f"loss_noise={loss_noise!r}: expected 0 < lo <= hi")
+    return lo, hi

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -191,6 +192,52 @@ def test_training_worlds_carry_the_noise_scale_model():
     assert build_sim(draw_spec(np.random.default_rng(0), ("ncf",), n_range=(2, 4))).gns_model == "run"
     with pytest.raises(ValueError, match="gns_model='smooth'"):
         WorldSpec("ncf", 4, "none", 0, gns_model="smooth")
+
+
+def test_training_worlds_can_draw_the_loss_trends_noise():
+    """train-policy --loss-noise LO,HI: every training world (DAgger's, the PPO pool's, the support's)
+    draws its loss-trend noise log-uniform in the range, after every other draw, so without it the worlds
+    are those of earlier sessions; the policy's config records it; evaluation worlds keep 0.005."""
+    import argparse
+    from dynamix_hvd.agent.imitate import draw_worlds
+    from dynamix_hvd.agent.replay_train import config_from_args
+    from dynamix_hvd.agent.train import add_arguments
+    from dynamix_hvd.replay.sim import LOSS_NOISE
+    cfg = ReplayEnvConfig(n_range=(2, 8), n_max=8, loss_noise=(0.01, 0.05))
+    plain = draw_worlds(ReplayEnvConfig(n_range=(2, 8), n_max=8), np.random.default_rng(3), 6)
+    noisy = draw_worlds(cfg, np.random.default_rng(3), 6)
+    noisy.append(WorldPool(("ncf",), n_range=(2, 4), loss_noise=(0.01, 0.05)).new_entry().spec)
+    assert all(p.loss_noise == LOSS_NOISE for p in plain)
+    # the first world is the same but for its noise; the extra draw moves the next ones (the draws without
+    # the option are those of earlier sessions: the shipped default's support is re-recorded byte for byte
+    # by test_the_shipped_default_is_its_policy_with_the_support_the_command_records)
+    assert replace(noisy[0], loss_noise=LOSS_NOISE) == plain[0] and noisy[1].seed != plain[1].seed
+    for spec in noisy:
+        assert 0.01 <= spec.loss_noise <= 0.05 and build_sim(spec).loss_noise == spec.loss_noise
+        assert spec.key() != replace(spec, loss_noise=LOSS_NOISE).key() and "loss_noise=" in spec.label()
+    assert len({s.loss_noise for s in noisy}) == len(noisy)
+    assert cfg.to_dict()["loss_noise"] == [0.01, 0.05] and "loss_noise" not in ReplayEnvConfig().to_dict()
+    # the noise is what separates the loss trend of two otherwise identical worlds
+    trends = []
+    for noise in (0.0, 0.05, 0.0):
+        sim = build_sim(WorldSpec("cifar10", 4, "none", 5, loss_noise=noise))
+        sim.reset(5)
+        outs = [sim.step(np.full(4, sim.base_batch)) for _ in range(5)]
+        trends.append([o["loss_trend"] for o in outs])
+    assert trends[0] == trends[2] and trends[1] != trends[0]
+    assert max(abs(a - b) for a, b in zip(trends[0], trends[1])) < 0.05 * 5
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert config_from_args(parser.parse_args(["--world", "replay", "--workers", "2,8", "--loss-noise",
+                                               "0.005,0.06"])).loss_noise == (0.005, 0.06)
+    assert config_from_args(parser.parse_args(["--world", "replay", "--workers", "2,8"])).loss_noise is None
+    for bad in ("0.06,0.005", "0,0.1", "x", "0.1"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--world", "replay", "--loss-noise", bad])
+    with pytest.raises(ValueError, match="loss_noise"):
+        ReplayEnvConfig(loss_noise=(0.1, 0.01))
+    with pytest.raises(ValueError, match="loss_noise=-1"):
+        build_sim(WorldSpec("ncf", 4, "none", 0, loss_noise=-1.0))
 
 
 def test_training_smoke_learns_and_runs_live(tmp_path):
