@@ -142,6 +142,12 @@ def test_bench_counts_what_became_of_the_policys_choice(tmp_path: Path) -> None:
     decisions = read_decisions(out / "ppo")
     assert set(counts) <= set(POLICY_OUTCOMES) and sum(counts.values()) == len(decisions) >= 1
     assert f"ppo: the policy's choice at its {len(decisions)} decisions (1 run): " in p.stdout
+    # the run's recorded states fed again to the default: how many are outside its support, and why
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "live_support_gap.py"), str(out / "ppo")],
+                       capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert " decisions outside the support" in r.stdout and f" of {len(decisions)} decisions" in r.stdout
+    assert "loss_trend" in r.stdout and "log_batch_over_noise" in r.stdout     # the global columns' table
 
 
 def test_bench_repeats_draw_their_own_seed(tmp_path: Path) -> None:
