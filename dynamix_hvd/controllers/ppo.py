@@ -280,7 +280,7 @@ class PPOController(Controller):
             self.refute.judge(getattr(self.anchor, "B", None), float(sum(sizes)))
         obs = self.observe(state)
         levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
-        chosen = bool(np.any(levels != 0)) or gidx != self.action_config.noop_global
+        chosen = self._departs(levels, gidx)
         gidx, trust_note = self._within_trust(gidx)
         gidx, refute_note = self._not_refuted(gidx)
         ev = getattr(self.anchor, "evidence", None)
@@ -291,8 +291,7 @@ class PPOController(Controller):
             # lasting 4-10% imbalance still is
             levels = np.zeros_like(levels)
         self.last_outcome = _outcome(chosen, bool(self.last_outside), trust_note, refute_note,
-                                     self.refute.t <= self.refute.warmup,
-                                     bool(np.any(levels != 0)) or gidx != self.action_config.noop_global)
+                                     self.refute.t <= self.refute.warmup, self._departs(levels, gidx))
         self.last_reason = "; ".join(x for x in (getattr(self.anchor, "reason", None), self.refute.last_verdict,
                                                  f"policy levels {_short(levels.astype(int).tolist())}, global scale "
                                                  f"{self.action_config.scale(gidx):g}", trust_note, refute_note,
@@ -304,6 +303,10 @@ class PPOController(Controller):
         self.last_scale = self.action_config.scale(gidx)
         self.refute.record(_direction(self.last_scale))
         return [float(x) for x in proposed]
+
+    def _departs(self, levels: np.ndarray, gidx: int) -> bool:
+        """Whether an action leaves goodput's plan: a per-worker level or a global scale other than the no-op."""
+        return bool(np.any(levels != 0)) or gidx != self.action_config.noop_global
 
     def _outside_note(self) -> str | None:
         """The decision log's note when a policy answered the no-op outside its training support."""

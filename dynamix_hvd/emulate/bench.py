@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +104,7 @@ def plan_changes(run_dir: Path) -> int:
 def policy_outcomes(run_dir: Path) -> dict[str, int]:
     """How many decisions of a run ended in each outcome of a learned policy's choice (empty for
     a controller without a policy)."""
-    counts: dict[str, int] = {}
-    for rec in read_decisions(run_dir / "events.jsonl"):
-        if rec.policy is not None:
-            counts[rec.policy] = counts.get(rec.policy, 0) + 1
+    counts = Counter(rec.policy for rec in read_decisions(run_dir / "events.jsonl") if rec.policy is not None)
     return dict(sorted(counts.items()))
 
 
@@ -246,10 +244,9 @@ def combine(ms: list[dict[str, Any]]) -> dict[str, Any]:
     for k in ("final_accuracy", "samples_per_s", "balance_efficiency", "train_time_s", "wall_s"):
         out[k] = float(np.median([m[k] for m in ok]))
     out["decisions"] = int(np.median([m["decisions"] for m in ok]))
-    total: dict[str, int] = {}
+    total: Counter[str] = Counter()
     for m in ok:                     # the policy's outcomes summed over the repeats
-        for k, v in m.get("policy", {}).items():
-            total[k] = total.get(k, 0) + v
+        total.update(m.get("policy", {}))
     out.update(_policy_entry(dict(sorted(total.items()))))
     out["final_accuracy_last"] = float(np.median([m.get("final_accuracy_last", m["final_accuracy"]) for m in ok]))
     out["repeats"] = ms
