@@ -62,6 +62,19 @@ the median time to target per workload relative to plain goodput:
 * ``spancS`` / ``spancS+MODE`` (e.g. ``spanc+dither8``): goodput's overlap fit also identified when
   the slowest compute of its history spans S (default 0.1) at one global batch (the dithered
   intervals give it that span; session 43, same worlds: spanc+dither8 1.009 / 0.966 / 1.015 / 1.000x).
+* ``seenE`` / ``seenEnohold``: goodput's efficiency model calibrated on the job by a *perfect*
+  measurement at the batches it ran: the noise scale x C, C chosen so that the model equals the true
+  efficiency (current metric level, no noise) at the global batch run farthest from the reference
+  (C = 1 until one 10% away ran): the most a one-parameter calibration of E(B) from measured
+  progress per sample could give, without exploring (session 46);
+* ``exploreM`` / ``exploreMfF`` / ``exploreMfFd`` (e.g. ``explore20``, ``explore40f2``,
+  ``explore20d``): goodput, and at one decision in M (on a stable noise-scale estimate) one interval at
+  F x its global batch (default 1.6; ``d``: alternately / F); every interval's goodput is measured as
+  its samples/s x the *true* efficiency of its global batch at the current level; a probe measured 2%
+  better than the interval before it is kept (goodput asked to keep it as its incumbent), and
+  goodput's proposal to leave a batch for one measured worse in the last 30 decisions is vetoed: an
+  upper bound for a controller that explores the global batch and judges by measured progress
+  (session 46).
 
 Since session 31 (8fef71f) goodput fits the overlap over the batches it ran; the ``fitO`` /
 ``fitOprobeM`` figures in docs/policy.md were measured at 108cb0c, before that, by a patch that
@@ -178,6 +191,69 @@ def _run_lookahead(sim, seed: int, horizon: float, points: int = 8) -> float | N
         return run_controller(sim, "goodput", seed)["time_to_target_s"]
     finally:
         gmod.GoodputController.choose = orig
+
+
+def _run_explorer(sim, seed: int, every: int, factor: float, window: int = 30, margin: float = 0.02,
+                  both: bool = False) -> float | None:
+    """Goodput with exploration judged by a perfect measurement (an upper bound for any controller
+    that probes the global batch and keeps what it measured better): every ``every`` decisions
+    (on a stable noise-scale estimate) one interval runs at ``factor`` x the current global batch,
+    split by goodput's model; each interval's goodput is measured as its samples/s x the *true*
+    statistical efficiency of its global batch at the current metric level (no noise, no lag).
+    Goodput's own proposal is followed unless a measurement of the last ``window`` decisions says
+    the current global batch does better than the proposed one (a veto), and a probe measured
+    ``margin`` better than the interval before it becomes the global batch goodput is asked to keep."""
+    from dynamix_hvd.controllers.goodput import GoodputController
+    from dynamix_hvd.replay.runner import run_controller
+    b_ref = float(sim.base_batch * sim.n)
+
+    class Explorer(GoodputController):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.k, self.measured, self.probe, self.keep = 0, {}, None, None
+
+        def _measure(self, state) -> None:
+            B = float(sum(state.plan.batch_sizes))
+            steps = [w.step_s for w in state.workers if math.isfinite(w.step_s) and w.step_s > 0]
+            if not steps:
+                return
+            e = float(sim.pm.level_efficiency(sim.P, b_ref, [B])[0])
+            if math.isfinite(e):
+                self.measured[round(B)] = (self.k, B / float(np.median(steps)) * e)
+
+        def _g(self, B):
+            m = self.measured.get(round(B))
+            return m[1] if m is not None and self.k - m[0] <= window else None
+
+        def _split(self, sizes, B):
+            if self._last_model is not None:
+                alpha, beta, comm, overlap, phi, bref, shares = self._last_model
+                return list(self._integer(alpha, beta, self.predict(alpha, beta, [B], comm, overlap, phi, bref, shares)[1][0]))
+            return [x * B / sum(sizes) for x in sizes]
+
+        def decide(self, state):
+            self.k += 1
+            self._measure(state)
+            B_now = float(sum(state.plan.batch_sizes))
+            sizes, B_new = self.choose(state, incumbent=self.keep)
+            if self.probe is not None:                 # the interval just measured was a probe
+                B_before, self.probe = self.probe, None
+                g_p, g_b = self._g(B_now), self._g(B_before)
+                self.keep = B_now if (g_p and g_b and g_p > (1 + margin) * g_b) else B_before
+                return self._split(sizes, self.keep)
+            if abs(B_new - B_now) > 0.5:
+                g_new, g_now = self._g(B_new), self._g(B_now)
+                if g_new is not None and g_now is not None and g_now > g_new:
+                    return self._split(sizes, B_now)     # measured: the current batch does better
+                self.keep = B_new
+            stable = bool(state.glob.noise_scale_stable)
+            if stable and self.k % every == every // 2:
+                self.probe = float(sum(sizes))
+                down = both and (self.k // every) % 2 == 1
+                return self._split(sizes, self.probe / factor if down else factor * self.probe)
+            return list(sizes)
+    ctl = Explorer(sim.bounds(), sim.base_batch)
+    return run_controller(sim, "goodput", seed, controller=ctl)["time_to_target_s"]
 
 
 def _wmean(b, w=None) -> float:
@@ -371,6 +447,41 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             t = run_controller(sim, "goodput", seed)["time_to_target_s"]
         finally:
             gmod.efficiency_array, gmod.GoodputController.predict = orig, orig_predict
+    elif mode in ("seenE", "seenEnohold"):   # the efficiency model calibrated (phi x C) by the truth at the batches run
+        import dynamix_hvd.controllers.goodput as gmod
+        from dynamix_hvd.perfmodel import efficiency_array
+        orig, orig_observe = gmod.efficiency_array, sim.observe
+        ran: set[float] = set()
+        inner_observe = _patched_observe(sim, "nohold") if mode == "seenEnohold" else orig_observe
+
+        def observe(b, iv):
+            ran.add(float(np.sum(b)))
+            return inner_observe(b, iv)
+
+        def seen_efficiency(B, ref, phi):
+            if not (math.isfinite(phi) and phi > 0):
+                return orig(B, ref, phi)
+            far = [r for r in ran if abs(math.log(r / ref)) > math.log(1.1)]
+            c = 1.0
+            if far:
+                r = max(far, key=lambda x: abs(math.log(x / ref)))
+                e = float(sim.pm.level_efficiency(sim.P, ref, [r])[0])
+                if math.isfinite(e) and e > 0:
+                    # E = (phi C + ref) / (phi C + r)  =>  phi C = (ref - E r) / (E - 1)
+                    pc = (ref - e * r) / (e - 1.0) if abs(e - 1.0) > 1e-9 else math.inf
+                    c = float(np.clip(pc / phi, 1 / 16, 64)) if pc > 0 else (64.0 if (r > ref) == (e > 1) else 1 / 16)
+            return efficiency_array(B, ref, phi * c)
+        sim.observe = observe
+        gmod.efficiency_array = seen_efficiency
+        try:
+            t = run_controller(sim, "goodput", seed)["time_to_target_s"]
+        finally:
+            gmod.efficiency_array = orig
+    elif mode.startswith("explore"):   # exploreM[fF]: goodput, plus a probe at F x B every M decisions, kept by the measured truth
+        spec = mode[7:]
+        both = spec.endswith("d")         # ...d: probes alternate up (x F) and down (/ F)
+        every, _, f = spec.rstrip("d").partition("f")
+        t = _run_explorer(sim, seed, int(every), float(f or 1.6), both=both)
     elif mode.startswith("look"):      # lookH: the noise scale carried forward along its recent growth
         t = _run_lookahead(sim, seed, float(mode[4:]))
     elif mode.startswith("phi"):       # phiC: goodput's efficiency model with the noise scale x C
