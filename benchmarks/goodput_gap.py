@@ -194,7 +194,7 @@ def _run_lookahead(sim, seed: int, horizon: float, points: int = 8) -> float | N
 
 
 def _run_explorer(sim, seed: int, every: int, factor: float, window: int = 30, margin: float = 0.02,
-                  both: bool = False) -> float | None:
+                  both: bool = False, from_loss: bool = False, probe_len: int = 1, recent: int = 3) -> float | None:
     """Goodput with exploration judged by a perfect measurement (an upper bound for any controller
     that probes the global batch and keeps what it measured better): every ``every`` decisions
     (on a stable noise-scale estimate) one interval runs at ``factor`` x the current global batch,
@@ -202,28 +202,46 @@ def _run_explorer(sim, seed: int, every: int, factor: float, window: int = 30, m
     statistical efficiency of its global batch at the current metric level (no noise, no lag).
     Goodput's own proposal is followed unless a measurement of the last ``window`` decisions says
     the current global batch does better than the proposed one (a veto), and a probe measured
-    ``margin`` better than the interval before it becomes the global batch goodput is asked to keep."""
+    ``margin`` better than the interval before it becomes the global batch goodput is asked to keep.
+
+    ``from_loss``: the measurement a live controller has instead, the job's observed (noisy) loss trend
+    over the interval's wall time (relative loss decrease per second), a batch's value the mean of its
+    last ``recent`` intervals; a probe then runs ``probe_len`` intervals."""
     from dynamix_hvd.controllers.goodput import GoodputController
     from dynamix_hvd.replay.runner import run_controller
     b_ref = float(sim.base_batch * sim.n)
+    seen: list[dict] = []
+    orig_observe = sim.observe
+
+    def observe(b, iv):
+        out = orig_observe(b, iv)
+        seen.append(out)
+        return out
+    sim.observe = observe
 
     class Explorer(GoodputController):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
-            self.k, self.measured, self.probe, self.keep = 0, {}, None, None
+            self.k, self.measured, self.probe, self.keep, self.left = 0, {}, None, None, 0
 
         def _measure(self, state) -> None:
             B = float(sum(state.plan.batch_sizes))
-            steps = [w.step_s for w in state.workers if math.isfinite(w.step_s) and w.step_s > 0]
-            if not steps:
-                return
-            e = float(sim.pm.level_efficiency(sim.P, b_ref, [B])[0])
-            if math.isfinite(e):
-                self.measured[round(B)] = (self.k, B / float(np.median(steps)) * e)
+            if from_loss:
+                out = seen[-1]
+                g = -float(out["loss_trend"]) / float(out["elapsed"])
+            else:
+                steps = [w.step_s for w in state.workers if math.isfinite(w.step_s) and w.step_s > 0]
+                e = float(sim.pm.level_efficiency(sim.P, b_ref, [B])[0])
+                if not steps or not math.isfinite(e):
+                    return
+                g = B / float(np.median(steps)) * e
+            self.measured.setdefault(round(B), []).append((self.k, g))
 
         def _g(self, B):
-            m = self.measured.get(round(B))
-            return m[1] if m is not None and self.k - m[0] <= window else None
+            pts = [g for k, g in self.measured.get(round(B), []) if self.k - k <= window]
+            n = probe_len if from_loss and self.probe is not None and round(B) != round(self.probe) else \
+                (recent if from_loss else 1)
+            return float(np.mean(pts[-n:])) if pts else None
 
         def _split(self, sizes, B):
             if self._last_model is not None:
@@ -236,9 +254,13 @@ def _run_explorer(sim, seed: int, every: int, factor: float, window: int = 30, m
             self._measure(state)
             B_now = float(sum(state.plan.batch_sizes))
             sizes, B_new = self.choose(state, incumbent=self.keep)
+            if self.probe is not None and self.left > 1:   # the probe runs on
+                self.left -= 1
+                return self._split(sizes, B_now)
             if self.probe is not None:                 # the interval just measured was a probe
-                B_before, self.probe = self.probe, None
+                B_before = self.probe
                 g_p, g_b = self._g(B_now), self._g(B_before)
+                self.probe = None
                 self.keep = B_now if (g_p and g_b and g_p > (1 + margin) * g_b) else B_before
                 return self._split(sizes, self.keep)
             if abs(B_new - B_now) > 0.5:
@@ -248,12 +270,86 @@ def _run_explorer(sim, seed: int, every: int, factor: float, window: int = 30, m
                 self.keep = B_new
             stable = bool(state.glob.noise_scale_stable)
             if stable and self.k % every == every // 2:
-                self.probe = float(sum(sizes))
+                self.probe, self.left = float(sum(sizes)), probe_len
                 down = both and (self.k // every) % 2 == 1
                 return self._split(sizes, self.probe / factor if down else factor * self.probe)
             return list(sizes)
     ctl = Explorer(sim.bounds(), sim.base_batch)
     return run_controller(sim, "goodput", seed, controller=ctl)["time_to_target_s"]
+
+
+def _run_wrapped_explorer(sim, seed: int, inner: str, every: int, factor: float, window: int = 30,
+                          margin: float = 0.02, from_loss: bool = False, probe_len: int = 1, recent: int = 3) -> float | None:
+    """``_run_explorer``'s probes, keeps and vetoes around any controller (``inner``: the shipped ppo or
+    goodput), scaling the inner controller's own split to the global batch chosen: one interval (or
+    ``probe_len``) at ``factor`` x its proposal every ``every`` decisions on a stable noise-scale
+    estimate; a probe measured ``margin`` better than the batch before it is held (the inner
+    controller's next move away from it is vetoed while the measurement says the probe does better)."""
+    from dynamix_hvd.replay.runner import build_controller, run_controller
+    b_ref = float(sim.base_batch * sim.n)
+    seen: list[dict] = []
+    orig_observe = sim.observe
+
+    def observe(b, iv):
+        out = orig_observe(b, iv)
+        seen.append(out)
+        return out
+    sim.observe = observe
+    ctl_inner = build_controller(inner, sim, seed)
+
+    class Wrapped:
+        exact = False
+
+        def __init__(self):
+            self.k, self.measured, self.probe, self.left = 0, {}, None, 0
+
+        def __getattr__(self, name):
+            return getattr(ctl_inner, name)
+
+        def _measure(self, state) -> None:
+            B = float(sum(state.plan.batch_sizes))
+            if from_loss:
+                out = seen[-1]
+                g = -float(out["loss_trend"]) / float(out["elapsed"])
+            else:
+                steps = [w.step_s for w in state.workers if math.isfinite(w.step_s) and w.step_s > 0]
+                e = float(sim.pm.level_efficiency(sim.P, b_ref, [B])[0])
+                if not steps or not math.isfinite(e):
+                    return
+                g = B / float(np.median(steps)) * e
+            self.measured.setdefault(round(B), []).append((self.k, g))
+
+        def _g(self, B, n):
+            pts = [g for k, g in self.measured.get(round(B), []) if self.k - k <= window]
+            return float(np.mean(pts[-n:])) if pts else None
+
+        def decide(self, state):
+            self.k += 1
+            self._measure(state)
+            B_now = float(sum(state.plan.batch_sizes))
+            prop = [float(x) for x in ctl_inner.decide(state)]
+            B_new = sum(prop)
+
+            def at(B):
+                return [x * B / B_new for x in prop]
+            n_now = recent if from_loss else 1
+            if self.probe is not None and self.left > 1:
+                self.left -= 1
+                return at(B_now)
+            if self.probe is not None:
+                g_p, g_b = self._g(B_now, probe_len if from_loss else 1), self._g(self.probe, n_now)
+                keep = B_now if (g_p and g_b and g_p > (1 + margin) * g_b) else self.probe
+                self.probe = None
+                return at(keep) if abs(keep - B_new) > 0.5 else prop
+            if abs(B_new - B_now) > 0.5:
+                g_new, g_now = self._g(B_new, n_now), self._g(B_now, n_now)
+                if g_new is not None and g_now is not None and g_now > g_new:
+                    return at(B_now)
+            if bool(state.glob.noise_scale_stable) and self.k % every == every // 2:
+                self.probe, self.left = B_new, probe_len
+                return at(factor * B_new)
+            return prop
+    return run_controller(sim, inner, seed, controller=Wrapped())["time_to_target_s"]
 
 
 def _wmean(b, w=None) -> float:
@@ -477,11 +573,21 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             t = run_controller(sim, "goodput", seed)["time_to_target_s"]
         finally:
             gmod.efficiency_array = orig
+    elif "+explore" in mode:           # INNER+exploreM[fF][L][pP]: the explorer's probes and vetoes around ppo or goodput
+        import re
+        inner, _, spec = mode.partition("+explore")
+        m = re.fullmatch(r"(\d+)(?:f([\d.]+))?(L?)(?:p(\d+))?", spec)
+        if m is None or inner not in ("ppo", "goodput"):
+            raise SystemExit(f"mode {mode!r}: expected ppo+exploreM[fF][L][pP] or goodput+explore...")
+        t = _run_wrapped_explorer(sim, seed, inner, int(m[1]), float(m[2] or 1.6), from_loss=bool(m[3]),
+                                  probe_len=int(m[4] or 1))
     elif mode.startswith("explore"):   # exploreM[fF]: goodput, plus a probe at F x B every M decisions, kept by the measured truth
-        spec = mode[7:]
-        both = spec.endswith("d")         # ...d: probes alternate up (x F) and down (/ F)
-        every, _, f = spec.rstrip("d").partition("f")
-        t = _run_explorer(sim, seed, int(every), float(f or 1.6), both=both)
+        import re
+        m = re.fullmatch(r"(\d+)(?:f([\d.]+))?(d?)(L?)(?:p(\d+))?", mode[7:])
+        if m is None:
+            raise SystemExit(f"mode {mode!r}: expected exploreM[fF][d][L][pP]")
+        t = _run_explorer(sim, seed, int(m[1]), float(m[2] or 1.6), both=bool(m[3]), from_loss=bool(m[4]),
+                          probe_len=int(m[5] or 1))
     elif mode.startswith("look"):      # lookH: the noise scale carried forward along its recent growth
         t = _run_lookahead(sim, seed, float(mode[4:]))
     elif mode.startswith("phi"):       # phiC: goodput's efficiency model with the noise scale x C
@@ -493,7 +599,11 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             t = run_controller(sim, "goodput", seed)["time_to_target_s"]
         finally:
             gmod.efficiency_array = orig
+    elif mode == "ppo":                # the shipped default, for reference
+        t = run_one(sim, "ppo", seed)["time_to_target_s"]
     else:
+        if mode not in ("goodput", "nohold", "truephi"):
+            raise SystemExit(f"unknown mode {mode!r} (see the module's docstring)")
         if mode != "goodput":
             sim.observe = _patched_observe(sim, mode)
         t = run_controller(sim, "goodput", seed)["time_to_target_s"]
