@@ -56,6 +56,25 @@ def test_quantize_and_deadband():
         quantize([float("nan"), 3], b)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0, 300), min_size=1, max_size=16), st.integers(1, 8), st.data())
+def test_quantize_keeps_the_proposals_total(sizes, quantum, data):
+    caps = tuple(data.draw(st.lists(st.integers(8, 600), min_size=len(sizes), max_size=len(sizes))))
+    b = PlanBounds(max_batch=caps, quantum=quantum)
+    out = quantize(sizes, b)
+    clipped = [min(max(x, 1), c) for x, c in zip(sizes, caps)]
+    want = min(max(round(sum(clipped) / quantum) * quantum, len(caps)), sum(caps))
+    assert sum(out) == want
+    assert all(1 <= o <= c and abs(o - x) < 2 * quantum for o, x, c in zip(out, clipped, caps))
+
+
+def test_quantize_does_not_drift_a_small_split():
+    """Session 45, live: a move-limited re-split rounded one rank at a time became B 33 from 32."""
+    b = PlanBounds(max_batch=(160, 256, 256, 256), min_global_batch=32)
+    assert quantize([9.6, 9.6, 8.8, 4.0], b) == [10, 9, 9, 4]
+    assert quantize([10, 10, 10, 2], b) == [10, 10, 10, 2]
+
+
 def test_lr_rules():
     assert lr_factor("linear", 64, 32) == 2.0
     assert lr_factor("sqrt", 128, 32) == 2.0
@@ -223,7 +242,9 @@ def test_water_fill_is_the_bisection_solution_exactly():
 def test_quantize_rounds_each_rank_as_its_definition():
     """plan.quantize (one numpy pass) gives, per rank, int(round(s / q)) * q clipped to
     [min_batch, max_batch_i] (round half to even, as Python's round), for halves, negatives and
-    proposals too large for 64-bit integers; a non-finite size is an error naming its rank."""
+    proposals too large for 64-bit integers, whenever those sum to the clipped proposal's total
+    rounded to q (otherwise it keeps that total: test_quantize_keeps_the_proposals_total); a
+    non-finite size is an error naming its rank."""
     from dynamix_hvd.plan import PlanBounds, PlanError, quantize
     rng = np.random.default_rng(11)
     for _ in range(500):
@@ -232,7 +253,8 @@ def test_quantize_rounds_each_rank_as_its_definition():
         bounds = PlanBounds(max_batch=maxb, min_batch=q, quantum=q, deadband=0.0)
         s = rng.choice([rng.uniform(-10, 400), rng.integers(0, 300) + 0.5 * q, 1e30, -1e30], n)
         want = [min(max(int(round(float(x) / q)) * q, q), maxb[r]) for r, x in enumerate(s)]
-        if sum(want) >= bounds.min_global_batch:
+        total = int(np.rint(float(np.clip(s, q, maxb).sum()) / q)) * q
+        if sum(want) >= bounds.min_global_batch and sum(want) == total:
             assert quantize(s, bounds) == want
     with pytest.raises(PlanError, match="rank 1 is nan"):
         quantize([1.0, math.nan], PlanBounds(max_batch=(8, 8)))
