@@ -193,6 +193,44 @@ def _run_lookahead(sim, seed: int, horizon: float, points: int = 8) -> float | N
         gmod.GoodputController.choose = orig
 
 
+class _Measured:
+    """What the explorers measure: each interval's goodput, per global batch, from the decision it was
+    taken at: samples/s x the *true* efficiency of the batch at the current level, or with
+    ``from_loss`` the job's observed loss trend over the interval's wall time."""
+
+    def __init__(self, sim, from_loss: bool, window: int) -> None:
+        self.sim, self.from_loss, self.window = sim, from_loss, window
+        self.b_ref = float(sim.base_batch * sim.n)
+        self.k, self.by_batch, self.seen = 0, {}, []
+        orig = sim.observe
+
+        def observe(b, iv):
+            out = orig(b, iv)
+            self.seen.append(out)
+            return out
+        sim.observe = observe
+
+    def add(self, state) -> None:
+        """One decision: count it and record the interval that has just ended."""
+        self.k += 1
+        B = float(sum(state.plan.batch_sizes))
+        if self.from_loss:
+            out = self.seen[-1]
+            g = -float(out["loss_trend"]) / float(out["elapsed"])
+        else:
+            steps = [w.step_s for w in state.workers if math.isfinite(w.step_s) and w.step_s > 0]
+            e = float(self.sim.pm.level_efficiency(self.sim.P, self.b_ref, [B])[0])
+            if not steps or not math.isfinite(e):
+                return
+            g = B / float(np.median(steps)) * e
+        self.by_batch.setdefault(round(B), []).append((self.k, g))
+
+    def g(self, B: float, n: int) -> float | None:
+        """The mean of batch ``B``'s last ``n`` measurements within the window (None: none)."""
+        pts = [g for k, g in self.by_batch.get(round(B), []) if self.k - k <= self.window]
+        return float(np.mean(pts[-n:])) if pts else None
+
+
 def _run_explorer(sim, seed: int, every: int, factor: float, window: int = 30, margin: float = 0.02,
                   both: bool = False, from_loss: bool = False, probe_len: int = 1, recent: int = 3) -> float | None:
     """Goodput with exploration judged by a perfect measurement (an upper bound for any controller
@@ -209,39 +247,17 @@ def _run_explorer(sim, seed: int, every: int, factor: float, window: int = 30, m
     last ``recent`` intervals; a probe then runs ``probe_len`` intervals."""
     from dynamix_hvd.controllers.goodput import GoodputController
     from dynamix_hvd.replay.runner import run_controller
-    b_ref = float(sim.base_batch * sim.n)
-    seen: list[dict] = []
-    orig_observe = sim.observe
-
-    def observe(b, iv):
-        out = orig_observe(b, iv)
-        seen.append(out)
-        return out
-    sim.observe = observe
+    meas = _Measured(sim, from_loss, window)
 
     class Explorer(GoodputController):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
-            self.k, self.measured, self.probe, self.keep, self.left = 0, {}, None, None, 0
-
-        def _measure(self, state) -> None:
-            B = float(sum(state.plan.batch_sizes))
-            if from_loss:
-                out = seen[-1]
-                g = -float(out["loss_trend"]) / float(out["elapsed"])
-            else:
-                steps = [w.step_s for w in state.workers if math.isfinite(w.step_s) and w.step_s > 0]
-                e = float(sim.pm.level_efficiency(sim.P, b_ref, [B])[0])
-                if not steps or not math.isfinite(e):
-                    return
-                g = B / float(np.median(steps)) * e
-            self.measured.setdefault(round(B), []).append((self.k, g))
+            self.probe, self.keep, self.left = None, None, 0
 
         def _g(self, B):
-            pts = [g for k, g in self.measured.get(round(B), []) if self.k - k <= window]
             n = probe_len if from_loss and self.probe is not None and round(B) != round(self.probe) else \
                 (recent if from_loss else 1)
-            return float(np.mean(pts[-n:])) if pts else None
+            return meas.g(B, n)
 
         def _split(self, sizes, B):
             if self._last_model is not None:
@@ -250,8 +266,7 @@ def _run_explorer(sim, seed: int, every: int, factor: float, window: int = 30, m
             return [x * B / sum(sizes) for x in sizes]
 
         def decide(self, state):
-            self.k += 1
-            self._measure(state)
+            meas.add(state)
             B_now = float(sum(state.plan.batch_sizes))
             sizes, B_new = self.choose(state, incumbent=self.keep)
             if self.probe is not None and self.left > 1:   # the probe runs on
@@ -269,9 +284,9 @@ def _run_explorer(sim, seed: int, every: int, factor: float, window: int = 30, m
                     return self._split(sizes, B_now)     # measured: the current batch does better
                 self.keep = B_new
             stable = bool(state.glob.noise_scale_stable)
-            if stable and self.k % every == every // 2:
+            if stable and meas.k % every == every // 2:
                 self.probe, self.left = float(sum(sizes)), probe_len
-                down = both and (self.k // every) % 2 == 1
+                down = both and (meas.k // every) % 2 == 1
                 return self._split(sizes, self.probe / factor if down else factor * self.probe)
             return list(sizes)
     ctl = Explorer(sim.bounds(), sim.base_batch)
@@ -286,46 +301,23 @@ def _run_wrapped_explorer(sim, seed: int, inner: str, every: int, factor: float,
     estimate; a probe measured ``margin`` better than the batch before it is held (the inner
     controller's next move away from it is vetoed while the measurement says the probe does better)."""
     from dynamix_hvd.replay.runner import build_controller, run_controller
-    b_ref = float(sim.base_batch * sim.n)
-    seen: list[dict] = []
-    orig_observe = sim.observe
-
-    def observe(b, iv):
-        out = orig_observe(b, iv)
-        seen.append(out)
-        return out
-    sim.observe = observe
+    meas = _Measured(sim, from_loss, window)
     ctl_inner = build_controller(inner, sim, seed)
 
     class Wrapped:
         exact = False
 
         def __init__(self):
-            self.k, self.measured, self.probe, self.left = 0, {}, None, 0
+            self.probe, self.left = None, 0
 
         def __getattr__(self, name):
             return getattr(ctl_inner, name)
 
-        def _measure(self, state) -> None:
-            B = float(sum(state.plan.batch_sizes))
-            if from_loss:
-                out = seen[-1]
-                g = -float(out["loss_trend"]) / float(out["elapsed"])
-            else:
-                steps = [w.step_s for w in state.workers if math.isfinite(w.step_s) and w.step_s > 0]
-                e = float(sim.pm.level_efficiency(sim.P, b_ref, [B])[0])
-                if not steps or not math.isfinite(e):
-                    return
-                g = B / float(np.median(steps)) * e
-            self.measured.setdefault(round(B), []).append((self.k, g))
-
         def _g(self, B, n):
-            pts = [g for k, g in self.measured.get(round(B), []) if self.k - k <= window]
-            return float(np.mean(pts[-n:])) if pts else None
+            return meas.g(B, n)
 
         def decide(self, state):
-            self.k += 1
-            self._measure(state)
+            meas.add(state)
             B_now = float(sum(state.plan.batch_sizes))
             prop = [float(x) for x in ctl_inner.decide(state)]
             B_new = sum(prop)
@@ -345,7 +337,7 @@ def _run_wrapped_explorer(sim, seed: int, inner: str, every: int, factor: float,
                 g_new, g_now = self._g(B_new, n_now), self._g(B_now, n_now)
                 if g_new is not None and g_now is not None and g_now > g_new:
                     return at(B_now)
-            if bool(state.glob.noise_scale_stable) and self.k % every == every // 2:
+            if bool(state.glob.noise_scale_stable) and meas.k % every == every // 2:
                 self.probe, self.left = B_new, probe_len
                 return at(factor * B_new)
             return prop
