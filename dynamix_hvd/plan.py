@@ -205,8 +205,10 @@ def quantize(sizes: Sequence[float], bounds: PlanBounds) -> list[int]:
 
     (Rounded one by one, a proposal's total drifted by up to N/2 quanta. Live, session 45: a
     move-limited re-split of [8, 8, 8, 8] toward [10, 10, 10, 2] became [10, 10, 9, 4], B 32 -> 33,
-    and goodput then kept [10, 10, 10, 3] for the whole run, 15 ms a step where [10, 10, 10, 2]
-    takes 13: at local batches of a few samples one sample of drift is a different plan.)"""
+    and goodput then kept [10, 10, 10, 3] for the whole run: the straggler's compute 15 ms a step where
+    [10, 10, 10, 2] takes 13. At local batches of a few samples one sample of drift is a different
+    plan; and only a drift below the floor was corrected, so under an LR rule that lets B grow the
+    drift ratcheted the global batch up.)"""
     q = bounds.quantum
     x = np.asarray(sizes, dtype=float).reshape(-1)
     bad = np.flatnonzero(~np.isfinite(x))
@@ -219,9 +221,10 @@ def quantize(sizes: Sequence[float], bounds: PlanBounds) -> list[int]:
     v = np.rint(x / q).astype(np.int64) * q
     cap = np.asarray(bounds.max_batch, dtype=np.int64)
     out = np.minimum(np.maximum(v, bounds.min_batch), cap).tolist()
-    want = int(np.rint(float(np.clip(x, bounds.min_batch, cap).sum()) / q)) * q
+    clipped = np.clip(x, bounds.min_batch, cap)
+    want = int(np.rint(float(clipped.sum()) / q)) * q
     if sum(out) != want and want > 0:
-        out = split_global(want, np.clip(x, bounds.min_batch, cap).tolist(), bounds)
+        out = split_global(want, clipped.tolist(), bounds)
     if sum(out) <= 0:
         out[int(np.argmax(bounds.max_batch))] = max(1, bounds.min_batch)
     if bounds.max_global_batch is not None and sum(out) > bounds.max_global_batch:
