@@ -201,13 +201,12 @@ class _Measured:
     def __init__(self, sim, from_loss: bool, window: int) -> None:
         self.sim, self.from_loss, self.window = sim, from_loss, window
         self.b_ref = float(sim.base_batch * sim.n)
-        self.k, self.by_batch, self.seen = 0, {}, []
+        self.k, self.by_batch, self.last = 0, {}, {}
         orig = sim.observe
 
         def observe(b, iv):
-            out = orig(b, iv)
-            self.seen.append(out)
-            return out
+            self.last = orig(b, iv)
+            return self.last
         sim.observe = observe
 
     def add(self, state) -> None:
@@ -215,8 +214,7 @@ class _Measured:
         self.k += 1
         B = float(sum(state.plan.batch_sizes))
         if self.from_loss:
-            out = self.seen[-1]
-            g = -float(out["loss_trend"]) / float(out["elapsed"])
+            g = -float(self.last["loss_trend"]) / float(self.last["elapsed"])
         else:
             steps = [w.step_s for w in state.workers if math.isfinite(w.step_s) and w.step_s > 0]
             e = float(self.sim.pm.level_efficiency(self.sim.P, self.b_ref, [B])[0])
@@ -313,9 +311,6 @@ def _run_wrapped_explorer(sim, seed: int, inner: str, every: int, factor: float,
         def __getattr__(self, name):
             return getattr(ctl_inner, name)
 
-        def _g(self, B, n):
-            return meas.g(B, n)
-
         def decide(self, state):
             meas.add(state)
             B_now = float(sum(state.plan.batch_sizes))
@@ -329,12 +324,12 @@ def _run_wrapped_explorer(sim, seed: int, inner: str, every: int, factor: float,
                 self.left -= 1
                 return at(B_now)
             if self.probe is not None:
-                g_p, g_b = self._g(B_now, probe_len if from_loss else 1), self._g(self.probe, n_now)
+                g_p, g_b = meas.g(B_now, probe_len if from_loss else 1), meas.g(self.probe, n_now)
                 keep = B_now if (g_p and g_b and g_p > (1 + margin) * g_b) else self.probe
                 self.probe = None
                 return at(keep) if abs(keep - B_new) > 0.5 else prop
             if abs(B_new - B_now) > 0.5:
-                g_new, g_now = self._g(B_new, n_now), self._g(B_now, n_now)
+                g_new, g_now = meas.g(B_new, n_now), meas.g(B_now, n_now)
                 if g_new is not None and g_now is not None and g_now > g_new:
                     return at(B_now)
             if bool(state.glob.noise_scale_stable) and meas.k % every == every // 2:
