@@ -11,7 +11,7 @@ from dynamix_hvd.controllers.policy.actions import ActionConfig
 from dynamix_hvd.agent.curriculum import WorldPool
 from dynamix_hvd.controllers.policy.history import N_HISTORY, WorkerHistory
 from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
-from dynamix_hvd.agent.replay_eval import summarise
+from dynamix_hvd.agent.replay_eval import ratio_interval, summarise
 from dynamix_hvd.replay.worlds import (Perturbation, WorldSpec, build_sim, draw_spec, perturb_progress,
                                        synthetic_trace, with_cap, _workload, _throughput)
 from dynamix_hvd.state import N_FEATURES
@@ -276,6 +276,34 @@ def test_eval_summary_statistics():
     assert s["max_vs_goodput"] == pytest.approx(1.01)
     assert s["gap_closed_mean"] == pytest.approx((0.5 + (-0.2)) / 2)
     assert s["vs_static_at_32"] == pytest.approx(150 / 400)
+
+
+def test_ratio_interval_is_a_paired_bootstrap_of_the_ratio_of_medians():
+    """The interval of median(policy) / median(goodput) resamples seeds as pairs: a policy 1.2x
+    goodput on every seed has the point interval 1.2 however widely the worlds' times spread;
+    unpaired draws would not. A cell whose times spread widely gets a wide interval around its
+    ratio; a miss is infinitely slow; the same seed gives the same interval; bad input is named."""
+    rng = np.random.default_rng(3)
+    g = list(rng.uniform(5000, 11000, size=20))
+    lo, hi = ratio_interval([1.2 * x for x in g], g)
+    assert lo == pytest.approx(1.2) and hi == pytest.approx(1.2)
+    assert ratio_interval(g, g) == (pytest.approx(1.0), pytest.approx(1.0))
+    noisy = [x * f for x, f in zip(g, rng.uniform(0.85, 1.25, size=20))]
+    lo, hi = ratio_interval(noisy, g)
+    point = float(np.median(noisy) / np.median(g))
+    assert lo < point < hi and hi - lo > 0.05
+    assert ratio_interval(noisy, g) == (lo, hi)
+    lo, hi = ratio_interval([None] * 20, g)
+    assert lo == hi == math.inf
+    with pytest.raises(ValueError, match="one per seed"):
+        ratio_interval(g[:19], g)
+    with pytest.raises(ValueError, match="level"):
+        ratio_interval(g, g, level=1.5)
+    cells = [{"workload": "a", "trace": "none", "workers": 8, "median": {"goodput": 100.0, "hindsight": 90.0,
+              "static": 200.0, "ppo": 110.0}, "interval": {"ppo": (1.05, 1.2)}},
+             {"workload": "a", "trace": "none", "workers": 32, "median": {"goodput": 100.0, "hindsight": 90.0,
+              "static": 200.0, "ppo": 104.0}, "interval": {"ppo": (0.95, 1.1)}}]
+    assert summarise(cells, "ppo")["cells_interval_above_1.03"] == 1
 
 
 def test_trust_keeps_the_policy_to_departures_the_goodput_model_calls_near_ties():
