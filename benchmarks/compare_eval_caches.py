@@ -1,7 +1,9 @@
 """One controller's replay times in two ``dynamix eval-replay`` caches (e.g. before and after a
 change to it): per cell (workload x trace x N) the median time to target over the seeds both hold,
 the ratio B / A, and the geometric mean of the ratios per workload and overall (a miss counts as
-infinitely slow, as in eval-replay).
+infinitely slow, as in eval-replay), with the paired bootstrap interval of B / A (eval-replay's
+``ratio_interval``: a seed's world is the same for both controllers when the two caches come from
+the same cells) and the cells whose interval lies above 1.03.
 
     .venv/bin/python benchmarks/compare_eval_caches.py runs/s29/eval_cache.json runs/s31/eval_cache.json \\
         --controller goodput [--controller-b ppo#HASH]
@@ -15,6 +17,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from dynamix_hvd.agent.replay_eval import NOT_ABOVE, ratio_interval
 
 
 def _cells(cache: dict, label: str) -> dict[tuple[str, str, str], dict[int, float]]:
@@ -38,6 +42,7 @@ def main(argv=None) -> int:
     B = _cells(json.loads(Path(a.cache_b).read_text()), a.controller_b or a.controller)
     per_wl: dict[str, list[float]] = defaultdict(list)
     per_n: dict[tuple[int, bool], list[float]] = defaultdict(list)
+    above = 0
     for cell in sorted(set(A) & set(B)):
         seeds = sorted(set(A[cell]) & set(B[cell]))
         if not seeds:
@@ -45,9 +50,12 @@ def main(argv=None) -> int:
         ma = float(np.median([A[cell][s] for s in seeds]))
         mb = float(np.median([B[cell][s] for s in seeds]))
         r = mb / ma if math.isfinite(ma) and ma > 0 else math.nan
+        lo, hi = ratio_interval([B[cell][s] for s in seeds], [A[cell][s] for s in seeds])
+        above += lo > NOT_ABOVE
         per_wl[cell[0]].append(r)
         per_n[(int(cell[2]), cell[1] != "none")].append(r)
-        print(f"{cell[0]:12s} {cell[1]:26s} N={cell[2]:>3s} seeds {len(seeds):2d}  A {ma:9.0f} s  B {mb:9.0f} s  B/A {r:.3f}")
+        print(f"{cell[0]:12s} {cell[1]:26s} N={cell[2]:>3s} seeds {len(seeds):2d}  A {ma:9.0f} s  B {mb:9.0f} s  "
+              f"B/A {r:.3f} [{lo:.2f}, {hi:.2f}]")
     allr = [r for v in per_wl.values() for r in v]
     if not allr:
         print("no cell in both caches")
@@ -59,7 +67,8 @@ def main(argv=None) -> int:
             parts = [f"{name} {math.exp(np.mean(np.log(v))):.3f} (max {max(v):.3f}, {len(v)} cells)"
                      for name, v in (("homogeneous", per_n.get((n, False))), ("heterogeneous", per_n.get((n, True)))) if v]
             print(f"  N={n:3d}  " + "  ".join(parts))
-    print(f"overall {math.exp(np.mean(np.log(allr))):.3f} over {len(allr)} cells; max cell {max(allr):.3f}, min {min(allr):.3f}")
+    print(f"overall {math.exp(np.mean(np.log(allr))):.3f} over {len(allr)} cells; max cell {max(allr):.3f}, min {min(allr):.3f}; "
+          f"{above} cells whose 90% interval is above {NOT_ABOVE}")
     return 0
 
 
