@@ -1,8 +1,8 @@
 """One controller's replay times in two ``dynamix eval-replay`` caches (e.g. before and after a
 change to it): per cell (workload x trace x N) the median time to target over the seeds both hold,
 the ratio B / A, and the geometric mean of the ratios per workload and overall (a miss counts as
-infinitely slow, as in eval-replay), with the paired bootstrap interval of B / A (eval-replay's
-``ratio_interval``: a seed's world is the same for both controllers when the two caches come from
+infinitely slow, as in eval-replay), with the paired bootstrap interval of B / A
+(``replay.paired.ratio_interval``: a seed's world is the same for both controllers when the two caches come from
 the same cells) and the cells whose interval lies above 1.03.
 
     .venv/bin/python benchmarks/compare_eval_caches.py runs/s29/eval_cache.json runs/s31/eval_cache.json \\
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamix_hvd.agent.replay_eval import NOT_ABOVE, ratio_interval
+from dynamix_hvd.replay.paired import NOT_ABOVE, ratio_interval
 
 
 def _cells(cache: dict, label: str) -> dict[tuple[str, str, str], dict[int, float]]:

@@ -51,6 +51,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dynamix_hvd.replay.paired import INTERVAL, NOT_ABOVE, ratio_interval  # noqa: F401 (ratio_interval: benchmarks)
 from dynamix_hvd.replay.sim import GNS_MODELS
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
 
@@ -133,31 +134,6 @@ def _median(xs: Sequence[float | None]) -> float:
 def geomean(xs: Sequence[float]) -> float:
     v = np.asarray([x for x in xs if math.isfinite(x) and x > 0])
     return float(np.exp(np.log(v).mean())) if v.size else math.nan
-
-
-INTERVAL = 0.90          # the bootstrap interval's coverage
-RESAMPLES = 2000
-NOT_ABOVE = 1.03         # the issue's bound on any cell's ratio to goodput
-
-
-def ratio_interval(policy: Sequence[float | None], goodput: Sequence[float | None], level: float = INTERVAL,
-                   resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
-    """The paired bootstrap interval of median(policy) / median(goodput) over seeds: the seeds
-    (pairs: a seed is one world for both) resampled with replacement ``resamples`` times, the
-    central ``level`` share of the ratios. A miss (None) counts as infinitely slow; both missing
-    on a resample counts as a tie (1). Pure: a fixed ``seed`` gives the same interval."""
-    a = np.array([math.inf if x is None else float(x) for x in policy])
-    b = np.array([math.inf if x is None else float(x) for x in goodput])
-    if a.shape != b.shape or a.size == 0:
-        raise ValueError(f"ratio_interval: {a.size} policy and {b.size} goodput times (one per seed, same seeds)")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"ratio_interval: level={level!r} must be in (0, 1)")
-    idx = np.random.default_rng(seed).integers(0, a.size, size=(int(resamples), a.size))
-    with np.errstate(invalid="ignore"):
-        r = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
-    r = np.where(np.isnan(r), 1.0, r)
-    lo, hi = np.quantile(r, [(1.0 - level) / 2.0, (1.0 + level) / 2.0], method="nearest")   # (inf - inf: no interpolation)
-    return float(lo), float(hi)
 
 
 def summarise(cells: list[dict[str, Any]], label: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import numpy as np
 
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.replay.oracle import run_causal, run_causal_safe, run_hindsight, run_hindsight_safe
+from dynamix_hvd.replay.paired import INTERVAL, ratio_interval
 from dynamix_hvd.replay.progress import build_progress
 from dynamix_hvd.replay.sim import GNS_MODELS, ReplaySim
 from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
@@ -229,6 +230,13 @@ def replay(world: World, controllers: Sequence[str], seeds: Sequence[int]) -> di
     res: dict[str, Any] = {}
     for c in controllers:
         res[c] = summarise([run_one(sim, c, s)["time_to_target_s"] for s in seeds])
+    if "goodput" in res:       # each controller's median over goodput's, with its paired interval (replay.paired)
+        g = res["goodput"]["time_to_target_s"]
+        for c, r in res.items():
+            if c != "goodput" and r["median"] is not None and res["goodput"]["median"]:
+                lo, hi = ratio_interval(r["time_to_target_s"], g)
+                r["vs_goodput"] = {"ratio": round(r["median"] / res["goodput"]["median"], 4),
+                                   "interval": [round(lo, 4), round(hi, 4)], "level": INTERVAL}
     pm = sim.pm
     extra = {"scenario": sim.scenario_info} if sim.scenario_info else {}
     return {"workload": world.name, "workers": sim.n, "target_metric": pm.target, "controllers": res, **extra,
@@ -314,6 +322,9 @@ def run(args: argparse.Namespace) -> int:
     for c, r in out["controllers"].items():
         rel = f"  ({r['median'] / hs:.2f}x hindsight)" if hs and r["median"] else ""
         med = f"{r['median']:.1f} s" if r["median"] is not None else "not reached"
-        print(f"  {c:>14}: median {med}, reached {r['reached_fraction']:.0%}{rel}")
+        vs = r.get("vs_goodput")
+        vs = (f", {vs['ratio']:.3f}x goodput [{vs['interval'][0]:.2f}, {vs['interval'][1]:.2f}] ({vs['level']:.0%} "
+              "paired interval)") if vs else ""
+        print(f"  {c:>14}: median {med}, reached {r['reached_fraction']:.0%}{rel}{vs}")
     print(f"wrote {args.out} ({out['settings']['wall_s']:.1f} s)")
     return 0

@@ -198,6 +198,17 @@ def test_cli_on_unknown_formats(tmp_path: Path, capsys):
     assert set(res["controllers"]) == {"static", "goodput", "ppo", "hindsight"}
     for r in res["controllers"].values():
         assert len(r["time_to_target_s"]) == 3 and r["reached_fraction"] == 1.0 and r["median"] > 0
+    # every other controller against goodput: its ratio of medians and the paired interval of its times
+    from dynamix_hvd.replay.paired import ratio_interval
+    g = res["controllers"]["goodput"]
+    assert "vs_goodput" not in g
+    for name in ("static", "ppo", "hindsight"):
+        r = res["controllers"][name]
+        vs = r["vs_goodput"]
+        assert vs["ratio"] == pytest.approx(r["median"] / g["median"], abs=1e-4)
+        lo, hi = ratio_interval(r["time_to_target_s"], g["time_to_target_s"])
+        assert vs["interval"] == [pytest.approx(lo, abs=1e-4), pytest.approx(hi, abs=1e-4)] and lo <= hi
+    assert res["controllers"]["static"]["vs_goodput"]["interval"][0] > 1.0     # static is slower on every seed
     # one measured global batch only (the efficiency curve is that run's): every controller still runs
     one = tmp_path / "one"
     one.mkdir()

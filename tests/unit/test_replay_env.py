@@ -11,7 +11,8 @@ from dynamix_hvd.controllers.policy.actions import ActionConfig
 from dynamix_hvd.agent.curriculum import WorldPool
 from dynamix_hvd.controllers.policy.history import N_HISTORY, WorkerHistory
 from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
-from dynamix_hvd.agent.replay_eval import ratio_interval, summarise
+from dynamix_hvd.agent.replay_eval import summarise
+from dynamix_hvd.replay.paired import ratio_interval
 from dynamix_hvd.replay.worlds import (Perturbation, WorldSpec, build_sim, draw_spec, perturb_progress,
                                        synthetic_trace, with_cap, _workload, _throughput)
 from dynamix_hvd.state import N_FEATURES
