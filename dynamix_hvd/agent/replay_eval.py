@@ -51,7 +51,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dynamix_hvd.replay.paired import INTERVAL, NOT_ABOVE, ratio_interval  # noqa: F401 (ratio_interval: benchmarks)
+from dynamix_hvd.replay.paired import INTERVAL, NOT_ABOVE, ratio_interval
 from dynamix_hvd.replay.sim import GNS_MODELS
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
 
