@@ -43,6 +43,9 @@ the median time to target per workload relative to plain goodput:
 * ``trueET``: as ``trueE``, and every candidate's step time and split are the true ones at the
   speeds of the interval that has just ended (the causal oracle's): goodput's gates, grid and the
   safety layer are what is left between it and ``causal_safe``;
+* ``causal_safe`` / ``causal_safe_nohold``: the causal oracle behind the safety layer's global rules
+  (``oracle.run_causal_safe``'s loop), with / without the hold on an unstable noise-scale estimate: the
+  room of a controller that passes the hold (``ActionConfig.pass_hold``, session 48);
 * ``nofit`` / ``nofitMODE`` (e.g. ``nofitprobe10``): goodput (or MODE) with its overlap fit
   (``perfmodel.fit_overlap``, session 31) switched off: the overlap read off the last interval;
 * ``lookH`` (e.g. ``look10``): goodput with the noise scale it reads carried forward along its own
@@ -345,15 +348,15 @@ def _wmean(b, w=None) -> float:
     return sum(x * v for x, v in pts) / sum(v for _, v in pts)
 
 
-def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
+def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run") -> float:
     from dynamix_hvd.replay.runner import run_controller, run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
-    sim = build_sim(WorldSpec(wl, n, trace, seed))
+    sim = build_sim(WorldSpec(wl, n, trace, seed, gns_model=gns_model))
     if mode.startswith("nofit"):       # nofit[MODE]: MODE with goodput's overlap fit off (as before 8fef71f)
         import dynamix_hvd.controllers.goodput as gmod
         orig_fit, gmod.fit_overlap = gmod.fit_overlap, lambda *args, **kw: None
         try:
-            return run(wl, trace, n, seed, mode[5:] or "goodput")
+            return run(wl, trace, n, seed, mode[5:] or "goodput", gns_model)
         finally:
             gmod.fit_overlap = orig_fit
     if mode.startswith("opt"):         # optF: an unidentified fit takes share F of the time as fixed cost
@@ -369,7 +372,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             return (f * b0 * _wmean(b, w), (1 - f) * b0) if math.isfinite(b0) else (a0, b0)
         mmod.fit_affine, mmod.BATCH_FIT_MIN = opt_fit, 10 ** 9
         try:
-            return run(wl, trace, n, seed, "goodput")
+            return run(wl, trace, n, seed, "goodput", gns_model)
         finally:
             mmod.fit_affine, mmod.BATCH_FIT_MIN = orig_fit, orig_min
     if mode.startswith("hist"):        # histH: goodput's compute / overlap histories H intervals long (default 16)
@@ -381,7 +384,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             orig_init(self, *args, **kw)
         gmod.GoodputController.__init__ = init
         try:
-            return run(wl, trace, n, seed, "goodput")
+            return run(wl, trace, n, seed, "goodput", gns_model)
         finally:
             gmod.GoodputController.__init__ = orig_init
     if mode.startswith("spanc"):       # spancS[+MODE]: goodput's overlap fit also once the slowest compute spans S (0.1)
@@ -401,7 +404,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             return None
         gmod.fit_overlap = span_fit
         try:
-            return run(wl, trace, n, seed, inner or "goodput")
+            return run(wl, trace, n, seed, inner or "goodput", gns_model)
         finally:
             gmod.fit_overlap = orig_fit
     if mode.startswith("dither"):      # ditherM[dD][+MODE]: goodput's split moved +-D (0.125) at one decision in M
@@ -433,11 +436,20 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str) -> float:
             return list(out)
         gmod.GoodputController.decide = dither_decide
         try:
-            return run(wl, trace, n, seed, inner or "goodput")
+            return run(wl, trace, n, seed, inner or "goodput", gns_model)
         finally:
             gmod.GoodputController.decide = orig_decide
     if mode == "causal4":
         t = run_one(sim, "causal4", seed)["time_to_target_s"]
+    elif mode in ("causal_safe", "causal_safe_nohold"):   # the oracle behind the safety layer, with / without its hold
+        from dynamix_hvd.replay.oracle import causal_safe_step, candidate_batches
+        from dynamix_hvd.safety import MoveLimits
+        sim.reset(seed)
+        grid, B_cur = candidate_batches(sim), float(sim.B0)
+        lim = MoveLimits(hold_global_without_gns=mode == "causal_safe")
+        while not sim.done:
+            B_cur = float(causal_safe_step(sim, B_cur, grid, lim).sum())
+        t = sim.time if sim.reached else None
     elif mode.startswith("probe"):     # probeM[gG]: 1.6 x goodput's global batch at one decision in M
         every, _, g = mode[5:].partition("g")
         t = _run_probing(sim, seed, int(every), gate=float(g) if g else 0.0)
@@ -605,6 +617,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=6)
     p.add_argument("--seed-offset", type=int, default=5)
     p.add_argument("--modes", default="goodput,nohold,truephi,causal4")
+    p.add_argument("--gns-model", default="run", help="the worlds' noise-scale model (replay.sim.GNS_MODELS)")
     a = p.parse_args(argv)
     modes = a.modes.split(",")
     t0 = time.time()
@@ -613,7 +626,7 @@ def main(argv=None) -> int:
         ratios = {m: [] for m in modes}
         for tr in a.traces.split(","):
             for n in (int(x) for x in a.workers.split(",")):
-                med = {m: float(np.median([run(wl, tr, n, a.seed_offset + s, m) for s in range(a.seeds)]))
+                med = {m: float(np.median([run(wl, tr, n, a.seed_offset + s, m, a.gns_model) for s in range(a.seeds)]))
                        for m in modes}
                 cell = " ".join(f"{m} {med[m] / med['goodput']:.3f}" for m in modes)
                 print(f"{wl:12s} {tr:12s} N={n:3d} goodput {med['goodput']:9.0f} s | {cell}", flush=True)

@@ -16,6 +16,7 @@ fallback controller takes over (logged as an event and a warning).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -43,7 +44,9 @@ def decide_plan(controller: Controller, state: ClusterState, bounds: PlanBounds,
     when that is finite and > 0: the goodput guard's revert) -> per-decision move ``limits`` (none
     for an exact controller, a proposal of the current sizes, or ``limits=None``) -> ``next_plan``
     from ``start_step``. Returns (next plan, the proposal after the limits, one note per limit that
-    bound). The plan is ``state.plan`` itself when it stays. Exceptions of the controller propagate."""
+    bound). The plan is ``state.plan`` itself when it stays. Exceptions of the controller propagate.
+    A controller whose decision ``passes_hold`` (a policy trained with ``ActionConfig.pass_hold``) is
+    not held by the limits' hold on an unstable noise-scale estimate; every other limit applies."""
     current = state.plan
     proposed = controller.decide(state)
     total = float(sum(proposed))
@@ -52,6 +55,8 @@ def decide_plan(controller: Controller, state: ClusterState, bounds: PlanBounds,
     notes: list[str] = []
     # (a proposal of the current sizes has nothing to limit: skip the 0.5 ms of limit_proposal)
     if limits is not None and not controller.exact and _moves(proposed, current):
+        if controller.passes_hold and limits.hold_global_without_gns:
+            limits = dataclasses.replace(limits, hold_global_without_gns=False)
         proposed, notes = limit_proposal(state, proposed, limits, bounds.min_batch)
     return next_plan(current, proposed, bounds, start_step), proposed, notes
 

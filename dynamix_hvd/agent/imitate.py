@@ -28,6 +28,7 @@ measures (``dynamix eval-replay --loo``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -143,6 +144,8 @@ def lookahead_label(env: ReplayEnv, horizon: int, tie: float = TIE, continuation
     cfg = env.cfg
     noop = np.concatenate([np.full(cfg.n_max, cfg.action.k), [cfg.action.noop_global]])
     trajs = []
+    # the expert continuing a policy that may pass the noise-scale hold (ActionConfig.pass_hold) is not held either
+    lim = dataclasses.replace(env.limits, hold_global_without_gns=False) if cfg.action.pass_hold else env.limits
     for B in uniq:
         br = _branch(env)
         j = int(np.flatnonzero(Bj == B)[0])
@@ -154,7 +157,7 @@ def lookahead_label(env: ReplayEnv, horizon: int, tie: float = TIE, continuation
             if br.sim.done:
                 break
             if continuation == "causal":
-                B_cur = float(causal_safe_step(br.sim, B_cur, grid, br.limits).sum())
+                B_cur = float(causal_safe_step(br.sim, B_cur, grid, lim).sum())
             else:
                 obs = br.step(noop if policy is None or continuation == "goodput"
                               else policy_action(policy, br, obs))[0]
@@ -220,11 +223,29 @@ def soft_targets(regret: np.ndarray, temperature: float) -> np.ndarray:
     return q / q.sum(axis=-1, keepdims=True)
 
 
+BALANCES = ("decisions", "worlds")   # what the imitation loss weighs equally (world_weights)
+
+
+def world_weights(samples: Sequence[Sample], balance: str = "decisions") -> np.ndarray | None:
+    """Per-sample loss weights: None (every decision counts once) for ``decisions``; for ``worlds``,
+    1 / (the samples of its world), scaled to mean 1, so each training job counts once whatever its
+    number of decisions, as each job counts once in the evaluation's geometric mean (a 60-decision
+    job's ramp is otherwise outweighed by a 600-decision job's steady state)."""
+    if balance not in BALANCES:
+        raise ValueError(f"balance={balance!r}: expected one of {BALANCES}")
+    if balance == "decisions" or not samples:
+        return None
+    _, inv, counts = np.unique([s.world for s in samples], return_inverse=True, return_counts=True)
+    w = 1.0 / counts[inv]
+    return w / w.mean()
+
+
 def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch: int = 64,
-        lr: float = 1e-3, seed: int = 0, temperature: float = TEMPERATURE) -> list[float]:
+        lr: float = 1e-3, seed: int = 0, temperature: float = TEMPERATURE,
+        weights: np.ndarray | None = None) -> list[float]:
     """Cross-entropy of the global-scale soft targets (``soft_targets`` of the regrets) plus, per
-    valid row, of "no change" (the actor's logits, ``RowNet.actor_logits``), Adam. Returns the
-    mean loss per epoch."""
+    valid row, of "no change" (the actor's logits, ``RowNet.actor_logits``), Adam; each sample's
+    term times its ``weights`` entry when given (``world_weights``). Returns the mean loss per epoch."""
     import torch
     import torch.nn.functional as F
     net = policy.mlp_extractor
@@ -247,7 +268,11 @@ def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch:
             m = x[..., 0]
             row_ce = F.cross_entropy(row.reshape(-1, row.shape[-1]), torch.full((row.shape[0] * row.shape[1],), k),
                                      reduction="none").reshape(m.shape)
-            loss = F.cross_entropy(glob, q) + ((row_ce * m).sum(1) / m.sum(1)).mean()
+            if weights is None:
+                loss = F.cross_entropy(glob, q) + ((row_ce * m).sum(1) / m.sum(1)).mean()
+            else:
+                per = F.cross_entropy(glob, q, reduction="none") + (row_ce * m).sum(1) / m.sum(1)
+                loss = (per * torch.as_tensor(weights[ids], dtype=torch.float32)).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -339,9 +364,11 @@ class Trainer:
     def policy(self) -> Any:
         return self.model.policy
 
-    def fit(self, samples: Sequence[Sample], epochs: int, seed: int = 0, temperature: float = TEMPERATURE) -> list[float]:
+    def fit(self, samples: Sequence[Sample], epochs: int, seed: int = 0, temperature: float = TEMPERATURE,
+            balance: str = "decisions") -> list[float]:
         self.model.policy.load_state_dict(self._init)       # from scratch on the aggregate
-        return fit(self.model.policy, samples, self.cfg.action.k, epochs=epochs, seed=seed, temperature=temperature)
+        return fit(self.model.policy, samples, self.cfg.action.k, epochs=epochs, seed=seed, temperature=temperature,
+                   weights=world_weights(samples, balance))
 
     def save(self, out: str | Path, curve: Sequence[Sequence[float]], meta: dict[str, Any]) -> dict[str, Any]:
         from dynamix_hvd.agent.run_files import save_run
@@ -356,7 +383,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                     every: int = 1, verbose: bool = True, command: str = "",
                     samples: Sequence[Sample] = (), horizon: int = HORIZON,
                     save_samples_to: str | Path | None = None, temperature: float = TEMPERATURE,
-                    continuation: str = "causal") -> dict[str, Any]:
+                    continuation: str = "causal", balance: str = "decisions") -> dict[str, Any]:
     """DAgger with ``iters`` iterations (the first rolls the expert out, unless ``samples``
     already hold expert roll-outs: then every iteration rolls the policy out); saves the policy
     like ``replay_train.train_replay`` (zip + json + curve) and, with ``save_samples_to``, the
@@ -366,8 +393,11 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
     if horizon < 0 or iters < 0 or worlds_per_iter < 1 or not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"train_imitation: horizon={horizon}, iters={iters}, worlds_per_iter={worlds_per_iter}, "
                          f"temperature={temperature}: need horizon >= 0, iters >= 0, worlds_per_iter >= 1, temperature > 0")
-    # a run with the default continuation records what runs before it did (its files stay byte for byte)
-    other = {} if continuation == "causal" else {"continuation": continuation}
+    if balance not in BALANCES:
+        raise ValueError(f"train_imitation: balance={balance!r}: expected one of {BALANCES}")
+    # a run with the default continuation and balance records what runs before it did (its files stay byte for byte)
+    other = ({} if continuation == "causal" else {"continuation": continuation}) | \
+        ({} if balance == "decisions" else {"balance": balance})
     tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter,
                                      "horizon": horizon, **other})
     rng = np.random.default_rng([seed, 5151])
@@ -383,7 +413,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
     t0 = time.perf_counter()
     start_fit: dict[str, Any] | None = None
     if data:
-        losses = tr.fit(data, epochs, seed, temperature)
+        losses = tr.fit(data, epochs, seed, temperature, balance)
         start_fit = {"samples": len(data), "final_loss": losses[-1], "train_accuracy": accuracy(tr.policy, data),
                      "wall_s": round(time.perf_counter() - t0, 1)}
         if verbose:
@@ -397,7 +427,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                               horizon, continuation)
             data.extend(s)
             moved += sum(x.label != cfg.action.noop_global for x in s)
-        losses = tr.fit(data, epochs, seed + it, temperature)
+        losses = tr.fit(data, epochs, seed + it, temperature, balance)
         labels = np.bincount([x.label for x in data], minlength=len(cfg.action.global_scales))
         acc = accuracy(tr.policy, data)
         log.append({"iter": it, "worlds": len(worlds), "samples": len(data), "moved_labels": int(moved),
@@ -414,7 +444,8 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
         from dynamix_hvd.controllers.policy.support import fit as fit_support
         tr.dyn["support"] = fit_support([s.obs[s.obs[:, 0] > 0, 1:] for s in data], observation_columns(tr.dyn),
                                         global_columns(), seed).to_dict()
-    method = "imitate (DAgger, expert causal_safe)" if not other else f"imitate (DAgger, continued by {continuation})"
+    method = "imitate (DAgger, expert causal_safe)" if continuation == "causal" else \
+        f"imitate (DAgger, continued by {continuation})"
     return tr.save(out, curve, {"world": "replay", "method": method,
                                 "iters": iters, "worlds_per_iter": worlds_per_iter, "epochs": epochs, "tie": tie,
                                 "horizon": horizon, "temperature": temperature, **other,

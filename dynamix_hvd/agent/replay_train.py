@@ -37,7 +37,8 @@ def config_from_args(args) -> ReplayEnvConfig:
     scales = tuple(float(s) for s in args.global_scales.split(",")) if args.global_scales else REPLAY_SCALES
     lo, hi = (int(x) for x in args.workers.split(","))
     return ReplayEnvConfig(workloads=wl, traces=tr, n_range=(lo, hi), curriculum=not args.no_curriculum,
-                           action=ActionConfig(global_scales=scales, anchor=args.anchor),
+                           action=ActionConfig(global_scales=scales, anchor=args.anchor,
+                                                pass_hold=bool(getattr(args, "pass_hold", False))),
                            obs=ObsConfig(frozenset(g for g in args.disable.split(",") if g)),
                            history=int(args.history), n_max=max(args.n_max, hi),
                            loss_penalty=float(args.loss_penalty), gns_model=args.gns_model,

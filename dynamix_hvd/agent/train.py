@@ -58,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--loss-noise", default="", metavar="LO,HI", type=_loss_noise_arg,
                    help="replay: draw each world's loss-trend observation noise log-uniform in [LO, HI] (default: "
                         "off, the evaluation worlds' 0.005; live trends are steeper and noisier, session 45)")
+    r.add_argument("--pass-hold", action="store_true",
+                   help="replay: the policy's global departures pass the safety layer's hold on an unstable "
+                        "noise-scale estimate (ActionConfig.pass_hold; its 1.5x-per-decision limit stays): the policy "
+                        "learns when an unstable estimate may be acted on (the expert's continuation is not held either)")
     r.add_argument("--no-curriculum", action="store_true", help="replay: sample pooled worlds uniformly")
     r.add_argument("--method", default="ppo", choices=["ppo", "imitate"],
                    help="replay: PPO on the progress reward, or DAgger imitation of causal_safe (agent/imitate.py)")
@@ -78,6 +82,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--temperature", type=float, default=0.02,
                    help="replay, imitate: the policy is fitted to exp(-regret / T) over the scales (imitate.soft_targets); "
                         "small T = the expert's label")
+    r.add_argument("--balance", default="decisions", choices=["decisions", "worlds"],
+                   help="replay, imitate: weigh every decision equally, or every training world (job) equally "
+                        "whatever its number of decisions (imitate.world_weights)")
     r.add_argument("--save-samples", default="",
                    help="replay, imitate: write the final DAgger aggregate here (imitate.save_samples, .npz): "
                         "refits and ablations start from it with --samples and --dagger-iters 0")
@@ -201,7 +208,7 @@ def _run_replay(args: argparse.Namespace) -> int:
                                worlds_per_iter=args.worlds_per_iter, epochs=args.epochs, hidden=args.hidden,
                                tie=args.noop_bonus, samples=start, horizon=args.horizon,
                                save_samples_to=args.save_samples or None, verbose=not args.quiet,
-                               temperature=args.temperature, continuation=args.continuation,
+                               temperature=args.temperature, continuation=args.continuation, balance=args.balance,
                                command="dynamix " + " ".join(sys.argv[1:]))
         last = meta["dagger"][-1] if meta["dagger"] else "none (fitted to --samples)"
         print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {last}")

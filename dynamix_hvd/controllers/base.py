@@ -29,6 +29,10 @@ class Controller(abc.ABC):
     # (a per-step cost: issue 25) only for such a controller. True by default: a controller of
     # the user's may read it
     uses_noise_scale: bool = True
+    # True when the last decision's global move is the controller's own judgement of an unstable
+    # noise-scale estimate (a policy trained with ``ActionConfig.pass_hold``): ``decide.decide_plan``
+    # then lifts the safety layer's hold on that estimate for it (its per-decision limits stay)
+    passes_hold: bool = False
     # one line on why the last decision proposed what it did (decision log, progress output)
     last_reason: str | None = None
 

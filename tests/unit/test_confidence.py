@@ -193,6 +193,48 @@ def test_limits_hold_the_global_batch_without_a_stable_noise_scale():
     assert sum(out) == pytest.approx(64) and "not stable" in notes[0]
 
 
+class _Grow:
+    """A controller that asks for twice the global batch; ``passes_hold`` as a pass_hold policy's departure sets it."""
+
+    exact = False
+
+    def __init__(self, passes_hold):
+        self.passes_hold = passes_hold
+
+    def decide(self, state):
+        return [2.0 * b for b in state.plan.batch_sizes]
+
+
+@pytest.mark.parametrize("passes_hold", [False, True])
+def test_a_decision_that_passes_the_hold_is_held_by_the_other_limits_only(passes_hold):
+    from dynamix_hvd.decide import decide_plan
+    st = _state([32, 32], [0.03, 0.03], stable=False, rel=0.6)
+    plan, proposed, notes = decide_plan(_Grow(passes_hold), st, _bounds(2), 0, MoveLimits())
+    # held at 64 without a stable estimate; passing the hold, the 1.5x-per-decision limit still binds
+    assert sum(proposed) == pytest.approx(96 if passes_hold else 64)
+    assert ("not stable" in notes[0]) != passes_hold and ("factor 1.5" in notes[0]) == passes_hold
+
+
+def test_only_a_pass_hold_policys_global_departure_passes_the_hold():
+    from dynamix_hvd.controllers.policy.actions import ActionConfig
+    from dynamix_hvd.controllers.ppo import PPOController
+    assert ActionConfig.from_dict(ActionConfig(pass_hold=True).to_dict()).pass_hold
+    assert "pass_hold" not in ActionConfig().to_dict()       # the policies saved before it keep their bytes
+    with pytest.raises(ValueError, match="pass_hold='yes'"):
+        ActionConfig.from_dict({"pass_hold": "yes"})
+    st = _state([32, 32], [0.03, 0.03], stable=False, rel=0.6)
+    ctl = PPOController(_bounds(2), 32, warmup=0)
+    ctl.act = lambda obs: (np.zeros(2, dtype=np.int64) + ctl.action_config.k, ctl.action_config.noop_global + 1)
+    ctl.decide(st)
+    assert ctl.passes_hold is False                          # the shipped default keeps the hold
+    ctl.action_config = ActionConfig(**{**ctl.action_config.__dict__, "pass_hold": True})
+    ctl.decide(st)
+    assert ctl.passes_hold is True
+    ctl.act = lambda obs: (np.zeros(2, dtype=np.int64) + ctl.action_config.k, ctl.action_config.noop_global)
+    ctl.decide(st)
+    assert ctl.passes_hold is False                          # the no-op is goodput's plan: held as goodput is
+
+
 def test_limits_bound_each_rank_and_the_global_batch_per_decision():
     st = _state([41, 41, 41, 41], [0.03] * 4, stable=True, rel=0.05)
     out, notes = limit_proposal(st, [330, 41, 41, 41], MoveLimits(max_rank_change=1.0, max_global_change=0.5))

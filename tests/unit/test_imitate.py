@@ -122,6 +122,49 @@ def test_fit_learns_a_feature_dependent_label():
     assert picks == [s.label for s in samples[:50]]
 
 
+def test_world_weights_count_each_training_job_once():
+    from dynamix_hvd.agent.imitate import world_weights
+    obs, reg = np.ones((2, 3), np.float32), np.zeros(3, np.float32)
+    samples = [Sample(obs, 1, reg, "long")] * 9 + [Sample(obs, 1, reg, "short")]
+    assert world_weights(samples) is None                     # the default: every decision once
+    w = world_weights(samples, "worlds")
+    assert w.mean() == pytest.approx(1.0) and w[-1] == pytest.approx(9 * w[0])     # each world sums to the same
+    with pytest.raises(ValueError, match="balance='jobs'"):
+        world_weights(samples, "jobs")
+
+
+def test_a_world_balanced_fit_learns_what_a_short_job_asks_for():
+    """Two kinds of state the features cannot tell apart except by one feature with a small
+    overlap: 20 long jobs of 40 decisions labelled "keep", 20 short jobs of 4 labelled "grow" whose
+    feature sits near the long jobs'. Weighted per decision the short jobs' label is outweighed
+    10:1 where the two kinds overlap; weighted per world they count as much as the long jobs."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dynamix_hvd.agent.imitate import world_weights
+    from dynamix_hvd.controllers.policy.net import RowNet
+    rng = np.random.default_rng(1)
+    F, samples = 4, []
+    for j in range(40):
+        short = j % 2 == 1
+        for _ in range(4 if short else 40):
+            obs = np.zeros((2, F + 1), np.float32)
+            obs[:, 0] = 1.0
+            obs[:, 2] = rng.normal(0.3 if short else 0.0, 0.3)
+            reg = np.array([0.05, 0.05, 0.0] if short else [0.05, 0.0, 0.05], np.float32)
+            samples.append(Sample(obs, 2 if short else 1, reg, f"w{j}"))
+    short_ids = [i for i, s in enumerate(samples) if s.label == 2]
+    picks = {}
+    for balance in ("decisions", "worlds"):
+        torch.manual_seed(0)
+        net = RowNet(F + 1, 16, 5, 3, 32)
+        fit(SimpleNamespace(mlp_extractor=net), samples, k=2, epochs=15, seed=0,
+            weights=world_weights(samples, balance))
+        picks[balance] = np.mean([net.act_rows(samples[i].obs[:, 1:])[1] == 2 for i in short_ids])
+    assert picks["worlds"] > picks["decisions"] + 0.2, picks
+
+
 def test_imitation_training_writes_a_policy_the_live_controller_runs(tmp_path):
     from dynamix_hvd.agent.imitate import train_imitation
     from dynamix_hvd.controllers.policy.io import load_policy

@@ -45,6 +45,10 @@ class ActionConfig:
     step_frac: float = 0.125                            # one level = 1/8 of the mean per-worker batch
     global_scales: tuple[float, ...] = (0.8, 1.0, 1.25)  # global-batch multipliers; (1.0,) disables
     anchor: str = "goodput"                             # what the action moves from (see module doc)
+    # a global departure (scale != 1) is not held by the safety layer's hold on an unstable noise-scale
+    # estimate (safety.MoveLimits.hold_global_without_gns; the 1.5x-per-decision limit still applies):
+    # the policy, trained with the same rule, judges the unstable estimate itself (docs/policy.md, session 48)
+    pass_hold: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "global_scales", tuple(float(s) for s in self.global_scales))
@@ -70,14 +74,19 @@ class ActionConfig:
         return self.global_scales[int(np.clip(global_index, 0, len(self.global_scales) - 1))]
 
     def to_dict(self) -> dict:
-        return {"n_levels": self.n_levels, "step_frac": self.step_frac, "global_scales": list(self.global_scales),
-                "anchor": self.anchor}
+        d = {"n_levels": self.n_levels, "step_frac": self.step_frac, "global_scales": list(self.global_scales),
+             "anchor": self.anchor}
+        return {**d, "pass_hold": True} if self.pass_hold else d   # (policies saved before it: no key)
 
     @staticmethod
     def from_dict(d: Mapping) -> "ActionConfig":
         # policies saved before the anchor existed moved from the current plan
+        pass_hold = d.get("pass_hold", False)
+        if not isinstance(pass_hold, bool):
+            raise ValueError(f"action config: pass_hold={pass_hold!r} (expected true or false)")
         return ActionConfig(int(d.get("n_levels", 5)), float(d.get("step_frac", 0.125)),
-                            tuple(d.get("global_scales", (0.8, 1.0, 1.25))), str(d.get("anchor", "current")))
+                            tuple(d.get("global_scales", (0.8, 1.0, 1.25))), str(d.get("anchor", "current")),
+                            pass_hold)
 
 
 def global_action_feature(index: int, config: ActionConfig) -> float:
