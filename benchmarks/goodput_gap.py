@@ -44,7 +44,7 @@ the median time to target per workload relative to plain goodput:
   speeds of the interval that has just ended (the causal oracle's): goodput's gates, grid and the
   safety layer are what is left between it and ``causal_safe``;
 * ``causal_safe`` / ``causal_safe_nohold``: the causal oracle behind the safety layer's global rules
-  (``oracle.run_causal_safe``'s loop), with / without the hold on an unstable noise-scale estimate: the
+  (``oracle.run_causal_safe``), with / without the hold on an unstable noise-scale estimate: the
   room of a controller that passes the hold (``ActionConfig.pass_hold``, session 48);
 * ``nofit`` / ``nofitMODE`` (e.g. ``nofitprobe10``): goodput (or MODE) with its overlap fit
   (``perfmodel.fit_overlap``, session 31) switched off: the overlap read off the last interval;
@@ -442,14 +442,10 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
     if mode == "causal4":
         t = run_one(sim, "causal4", seed)["time_to_target_s"]
     elif mode in ("causal_safe", "causal_safe_nohold"):   # the oracle behind the safety layer, with / without its hold
-        from dynamix_hvd.replay.oracle import causal_safe_step, candidate_batches
+        from dynamix_hvd.replay.oracle import run_causal_safe
         from dynamix_hvd.safety import MoveLimits
-        sim.reset(seed)
-        grid, B_cur = candidate_batches(sim), float(sim.B0)
-        lim = MoveLimits(hold_global_without_gns=mode == "causal_safe")
-        while not sim.done:
-            B_cur = float(causal_safe_step(sim, B_cur, grid, lim).sum())
-        t = sim.time if sim.reached else None
+        lim = MoveLimits().without_hold() if mode == "causal_safe_nohold" else MoveLimits()
+        t = run_causal_safe(sim, seed, limits=lim)["time_to_target_s"]
     elif mode.startswith("probe"):     # probeM[gG]: 1.6 x goodput's global batch at one decision in M
         every, _, g = mode[5:].partition("g")
         t = _run_probing(sim, seed, int(every), gate=float(g) if g else 0.0)

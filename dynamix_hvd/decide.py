@@ -16,7 +16,6 @@ fallback controller takes over (logged as an event and a warning).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 import time
@@ -56,7 +55,7 @@ def decide_plan(controller: Controller, state: ClusterState, bounds: PlanBounds,
     # (a proposal of the current sizes has nothing to limit: skip the 0.5 ms of limit_proposal)
     if limits is not None and not controller.exact and _moves(proposed, current):
         if controller.passes_hold and limits.hold_global_without_gns:
-            limits = dataclasses.replace(limits, hold_global_without_gns=False)
+            limits = limits.without_hold()
         proposed, notes = limit_proposal(state, proposed, limits, bounds.min_batch)
     return next_plan(current, proposed, bounds, start_step), proposed, notes
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -143,6 +143,11 @@ class MoveLimits:
     max_rank_change: float = 1.0
     max_global_change: float = 0.5
     hold_global_without_gns: bool = True
+
+    def without_hold(self) -> "MoveLimits":
+        """The same limits with the hold on an unstable noise-scale estimate lifted (what a decision of a
+        policy trained with ``ActionConfig.pass_hold`` runs behind, ``decide.decide_plan``)."""
+        return replace(self, hold_global_without_gns=False)
 
 
 def global_range(B_cur: float, stable: bool, room: float, limits: MoveLimits) -> tuple[float, float]:

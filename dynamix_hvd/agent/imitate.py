@@ -28,7 +28,6 @@ measures (``dynamix eval-replay --loo``).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -145,7 +144,7 @@ def lookahead_label(env: ReplayEnv, horizon: int, tie: float = TIE, continuation
     noop = np.concatenate([np.full(cfg.n_max, cfg.action.k), [cfg.action.noop_global]])
     trajs = []
     # the expert continuing a policy that may pass the noise-scale hold (ActionConfig.pass_hold) is not held either
-    lim = dataclasses.replace(env.limits, hold_global_without_gns=False) if cfg.action.pass_hold else env.limits
+    lim = env.limits.without_hold() if cfg.action.pass_hold else env.limits
     for B in uniq:
         br = _branch(env)
         j = int(np.flatnonzero(Bj == B)[0])

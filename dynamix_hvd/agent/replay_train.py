@@ -38,7 +38,7 @@ def config_from_args(args) -> ReplayEnvConfig:
     lo, hi = (int(x) for x in args.workers.split(","))
     return ReplayEnvConfig(workloads=wl, traces=tr, n_range=(lo, hi), curriculum=not args.no_curriculum,
                            action=ActionConfig(global_scales=scales, anchor=args.anchor,
-                                                pass_hold=bool(getattr(args, "pass_hold", False))),
+                                                pass_hold=args.pass_hold),
                            obs=ObsConfig(frozenset(g for g in args.disable.split(",") if g)),
                            history=int(args.history), n_max=max(args.n_max, hi),
                            loss_penalty=float(args.loss_penalty), gns_model=args.gns_model,

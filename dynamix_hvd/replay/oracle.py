@@ -232,7 +232,8 @@ def causal_safe_step(sim: ReplaySim, B_cur: float, grid: np.ndarray, limits: Mov
     return b
 
 
-def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> dict[str, Any]:
+def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000,
+                    limits: MoveLimits | None = None) -> dict[str, Any]:
     """The causal oracle under the safety layer every controller runs behind (``safety.MoveLimits``
     defaults): the true progress curves and the last interval's true speeds, but each decision may
     only move the global batch as ``limit_proposal`` lets a controller (1.5x per decision; held
@@ -241,8 +242,10 @@ def run_causal_safe(sim: ReplaySim, seed: int, max_decisions: int = 200_000) -> 
     batch). It tells how much of goodput's gap the safety layer leaves to a controller that knew
     the workload. Like the other oracles it is greedy (one interval's lookahead), so it is an
     estimate of that room, not a ceiling: behind the hold a greedy step can strand it at a batch
-    it may not leave (session 25: slower than goodput in 3 of 24 perturbed worlds, 1.42x in one)."""
-    lim = MoveLimits()
+    it may not leave (session 25: slower than goodput in 3 of 24 perturbed worlds, 1.42x in one).
+    ``limits``: other limits than the defaults (``MoveLimits().without_hold()``: the room of a policy
+    that passes the hold, ``benchmarks/goodput_gap.py --modes causal_safe_nohold``)."""
+    lim = limits or MoveLimits()
     sim.reset(seed)
     grid = candidate_batches(sim)
     B_cur = float(sim.B0)
