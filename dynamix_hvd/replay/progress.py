@@ -65,10 +65,15 @@ def start_level(curves: Sequence[Curve], increasing: bool) -> float:
 def default_target(curves: Sequence[Curve], increasing: bool, fraction: float = DEFAULT_TARGET_FRACTION) -> float:
     """``start + fraction (common_best - start)``: a level every measured batch size reaches."""
     start = _oriented(np.array([start_level(curves, increasing)]), increasing)[0]
-    common_best = min(float(np.max(_oriented(c.metric, increasing))) for c in curves)
+    bests = [float(np.max(_oriented(c.metric, increasing))) for c in curves]
+    common_best = min(bests)
     if not common_best > start:
-        raise TraceError(curves[0].path, f"the validation curves do not improve on their worst first value "
-                                         f"({_oriented(np.array([start]), increasing)[0]:g}): no target can be derived",
+        worst = curves[int(np.argmin(bests))]       # the run that never gets past every run's start: name it
+        best = _oriented(np.array([common_best]), increasing)[0]
+        raise TraceError(worst.path, f"this run's best metric ({best:g} over {worst.metric.size} epoch(s)) does not "
+                                     f"improve on the worst first value of the validation curves "
+                                     f"({_oriented(np.array([start]), increasing)[0]:g}): no target every measured "
+                                     "batch size reaches can be derived (pass --target, or drop this run)",
                          column="metric")
     return float(_oriented(np.array([start + fraction * (common_best - start)]), increasing)[0])
 

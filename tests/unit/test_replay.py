@@ -227,6 +227,29 @@ def test_cli_on_unknown_formats(tmp_path: Path, capsys):
     assert rc == 2 and "not found" in capsys.readouterr().out
 
 
+def test_a_workload_the_replay_cannot_use_is_refused_naming_the_file_that_makes_it_so(tmp_path: Path, capsys):
+    """A run that never improves on the curves' start is named (not the first file), and a local batch
+    below one sample (a unit error) is refused instead of capping every rank at one sample."""
+    _synthetic(tmp_path / "flat")
+    flat = tmp_path / "flat" / "validation-270.csv"
+    rows = flat.read_text().splitlines()
+    flat.write_text("\n".join([rows[0]] + [",".join(r.split(",")[:1] + ["9.0"] + r.split(",")[2:]) for r in rows[1:]])
+                    + "\n")
+    out = tmp_path / "out.json"
+    args = ["--speed-trace", "none", "--workers", "2", "--controllers", "static", "--seeds", "1", "--out", str(out)]
+    assert cli_main(["replay", "--workload", str(tmp_path / "flat"), *args]) == 2
+    msg = capsys.readouterr().out
+    assert "validation-270.csv" in msg and "validation-30.csv" not in msg and "no target" in msg, msg
+    _synthetic(tmp_path / "tiny")
+    sc = tmp_path / "tiny" / "scalability.csv"
+    lines = sc.read_text().splitlines()
+    sc.write_text("\n".join(lines[:2] + [lines[2].replace(",7,", ",0.007,", 1)] + lines[3:]) + "\n")
+    assert "2,2,0.007," in sc.read_text()          # the file's row 3 (row 1 is the header)
+    assert cli_main(["replay", "--workload", str(tmp_path / "tiny"), *args]) == 2
+    msg = capsys.readouterr().out
+    assert "scalability.csv" in msg and "row 3" in msg and "local_bsz" in msg and "below one sample" in msg, msg
+
+
 def test_the_replay_decides_at_the_live_hooks_cadence():
     """Unless given, a decision every 10 steps or every 0.5 s of steps, as the hook with its defaults
     (``DynamixConfig.next_interval``), at the start plan's step time in the seed's world. ncf's
