@@ -170,7 +170,30 @@ def trace_cases() -> list[tuple[str, Callable[[], object]]]:
          lambda: load_pai_job(f("back.csv", hdr + "0,1,0.5\n0,3,0.6\n0,2,0.7\n"))),
         ("PAI trace with a negative batch time", lambda: load_pai_job(f("neg.csv", hdr + "0,1,0.5\n0,2,-1\n"))),
         ("Pollux workload directory that does not exist", lambda: load_pollux(TMP / "no_workload")),
+        ("Pollux `placements.csv` with a local batch below one sample (another unit)",
+         lambda: load_pollux(_pollux_dir("frac", local_bsz=0.032))),
+        ("Pollux workload one of whose runs never improves on the curves' start (no target without `--target`)",
+         lambda: _pollux_target(_pollux_dir("flat", flat_batch=512))),
     ]
+
+
+def _pollux_dir(name: str, local_bsz: float = 32, flat_batch: int = 0) -> Path:
+    """A two-run workload in the Pollux format; ``flat_batch``: that run's metric never moves."""
+    d = TMP / name
+    d.mkdir()
+    for B in (128, 512):
+        rows = [f"{e * 1000 // B},{0.3 if B == flat_batch else 0.3 + 0.1 * e:.2f},1.0,2.0" for e in range(1, 6)]
+        (d / f"validation-{B}.csv").write_text("iteration,metric,grad_sqr,grad_var\n" + "\n".join(rows) + "\n")
+    (d / "placements.csv").write_text(f"placement,local_bsz,step_time,sync_time\n1,{local_bsz},0.1,0.0\n"
+                                      f"11,{local_bsz},0.12,0.02\n")
+    return d
+
+
+def _pollux_target(d: Path) -> float:
+    from dynamix_hvd.replay.progress import default_target, metric_increases
+    from dynamix_hvd.traces.pollux import load_pollux
+    w = load_pollux(d)
+    return default_target(w.curves, metric_increases(w.curves))
 
 
 def unsafe_file_cases(b2: object) -> list[tuple[str, Callable[[], object]]]:
