@@ -46,6 +46,10 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "--build", ".", *build_args], cwd=build_temp, check=True)
 
 
+# the PMPI library's directory is the CMake build's output: absent from a fresh checkout when packages
+# are discovered, it would ship as undeclared data (setuptools' "dynamix_hvd.lib absent from packages")
+(Path(__file__).resolve().parent / "dynamix_hvd" / "lib").mkdir(exist_ok=True)
+
 setup(
     # namespace discovery: the data directories (policies, scenarios, traces) are packages of their
     # own to setuptools; package-data in pyproject.toml says which of their files ship
