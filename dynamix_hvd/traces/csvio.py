@@ -109,3 +109,12 @@ def check_positive(path: str | os.PathLike, values: np.ndarray, column: str, all
     if bad.size:
         k = int(bad[0])
         raise TraceError(path, f"value {v[k]:g} must be {'>= 0' if allow_zero else '> 0'}", k + 2, column)
+
+
+def check_at_least(path: str | os.PathLike, values: np.ndarray, column: str, minimum: float, what: str) -> None:
+    """Raise TraceError at the first row whose value is below ``minimum`` (``what`` says what that is)."""
+    v = np.asarray(values, dtype=float)
+    bad = np.nonzero(~(v >= minimum))[0]
+    if bad.size:
+        k = int(bad[0])
+        raise TraceError(path, f"{column} {v[k]:g} is below {what}", k + 2, column)

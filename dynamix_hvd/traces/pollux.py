@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamix_hvd.traces.csvio import TraceError, check_increasing, check_positive, read_columns
+from dynamix_hvd.traces.csvio import TraceError, check_at_least, check_increasing, check_positive, read_columns
 
 VALIDATION_RE = re.compile(r"^validation-(.+)\.csv$")
 
@@ -91,12 +91,8 @@ def _placement_shape(path: Path, text: list[str]) -> tuple[np.ndarray, np.ndarra
 
 
 def _check_times(path: Path, cols: dict) -> None:
-    check_positive(path, np.asarray(cols["local_bsz"]), "local_bsz")
-    small = np.nonzero(np.asarray(cols["local_bsz"], dtype=float) < 1.0)[0]
-    if small.size:          # a fraction of a sample per replica is no measurement (a unit or scale error)
-        k = int(small[0])
-        raise TraceError(path, f"local_bsz {float(cols['local_bsz'][k]):g} is below one sample per replica", k + 2,
-                         "local_bsz")
+    # a fraction of a sample per replica is no measurement (a unit or scale error)
+    check_at_least(path, np.asarray(cols["local_bsz"]), "local_bsz", 1.0, "one sample per replica")
     check_positive(path, np.asarray(cols["step_time"]), "step_time")
     check_positive(path, np.asarray(cols["sync_time"]), "sync_time", allow_zero=True)
 
