@@ -47,11 +47,17 @@ TEMPERATURE = 0.02   # soft targets exp(-regret / T) the policy is fitted to (``
 HORIZON = 0     # decisions of causal_safe after each scale when pricing it (0: one interval, expert_label)
 
 
-def noop_label(regret: np.ndarray, noop: int, bonus: float) -> tuple[int, np.ndarray]:
+def noop_label(regret: np.ndarray, noop: int, bonus: float, pass_index: int | None = None) -> tuple[int, np.ndarray]:
     """The no-op's regret lowered by ``bonus`` (at least 0: a departure must gain more than that),
-    and the least-regret scale, the one nearest the no-op on ties. Returns (label, regrets)."""
+    the pass action's (``ActionConfig.pass_global``: goodput's own batch, unheld) by half of it where
+    the no-op is not among the best (it wins its ties with a fixed scale; where every scale ties, the
+    targets stay uniform as without it), and the least-regret scale,
+    the one nearest the no-op on ties. Returns (label, regrets)."""
     reg = np.array(regret, dtype=np.float64)
     reg[noop] = max(0.0, float(reg[noop]) - bonus)
+    if pass_index is not None and reg[noop] > reg.min() + 1e-12:   # not where the no-op is (one of) the best
+        reg[pass_index] -= bonus / 2
+        reg = np.maximum(reg - reg.min(), 0.0)
     low = np.flatnonzero(reg <= reg.min() + 1e-12)
     return int(low[np.argmin(np.abs(low - noop))]), reg
 
@@ -87,7 +93,7 @@ def expert_label(env: ReplayEnv, tie: float = TIE) -> tuple[int, np.ndarray]:
         reg = np.where(s >= 1e11, t / (1e12 - best) - 1.0, 1.0)
     else:
         reg = 1.0 - s / best if best > 0 else np.zeros_like(s)
-    return noop_label(np.maximum(reg, 0.0), env.cfg.action.noop_global, tie)
+    return noop_label(np.maximum(reg, 0.0), env.cfg.action.noop_global, tie, env.cfg.action.pass_global)
 
 
 def _branch(env: ReplayEnv) -> ReplayEnv:
@@ -166,7 +172,7 @@ def lookahead_label(env: ReplayEnv, horizon: int, tie: float = TIE, continuation
     t = np.array([time_to_level(tr, level) for tr in trajs])
     if level <= env.sim.P + 1e-12:      # no branch made progress: nothing to tell them apart
         t = np.ones_like(t)
-    return noop_label((t / t.min() - 1.0)[inv], env.cfg.action.noop_global, tie)
+    return noop_label((t / t.min() - 1.0)[inv], env.cfg.action.noop_global, tie, env.cfg.action.pass_global)
 
 
 @dataclass
@@ -317,12 +323,13 @@ def with_observation(samples: Sequence[Sample], cfg: ReplayEnvConfig) -> list[Sa
     return [Sample(s.obs * mask, s.label, s.regret, s.world) for s in samples]
 
 
-def with_noop_bonus(samples: Sequence[Sample], bonus: float, noop: int) -> list[Sample]:
+def with_noop_bonus(samples: Sequence[Sample], bonus: float, noop: int,
+                    pass_index: int | None = None) -> list[Sample]:
     """Samples whose no-op regret is lowered by ``bonus`` more (clipped at 0): a departure must
     gain more than that (samples are labelled with ``expert_label``'s own ``tie``)."""
     out = []
     for s in samples:
-        label, r = noop_label(s.regret, noop, bonus)
+        label, r = noop_label(s.regret, noop, bonus, pass_index)
         out.append(Sample(s.obs, label, r, s.world))
     return out
 
@@ -406,7 +413,8 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
         raise ValueError(f"train_imitation: none of the {given} given samples is of the workloads {list(cfg.workloads)}")
     if verbose and len(samples) < given:
         print(f"  kept {len(samples)} of the {given} given samples: those of {list(cfg.workloads)}", flush=True)
-    data: list[Sample] = with_noop_bonus(with_observation(samples, cfg), max(0.0, tie - TIE), cfg.action.noop_global)
+    data: list[Sample] = with_noop_bonus(with_observation(samples, cfg), max(0.0, tie - TIE), cfg.action.noop_global,
+                                         cfg.action.pass_global)
     curve: list[tuple[int, float, float, float]] = []
     log: list[dict[str, Any]] = []
     t0 = time.perf_counter()

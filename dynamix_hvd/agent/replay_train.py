@@ -35,6 +35,10 @@ def config_from_args(args) -> ReplayEnvConfig:
     wl = tuple(w for w in args.workloads.split(",") if w) if args.workloads else SHIPPED_WORKLOADS
     tr = tuple(t for t in args.traces.split(",") if t) if args.traces else TRACE_FAMILIES
     scales = tuple(float(s) for s in args.global_scales.split(",")) if args.global_scales else REPLAY_SCALES
+    if getattr(args, "pass_action", False):
+        if not args.pass_hold:
+            raise ValueError("--pass-action needs --pass-hold (the pass action is goodput's batch with the hold passed)")
+        scales = scales + (1.0,)
     lo, hi = (int(x) for x in args.workers.split(","))
     return ReplayEnvConfig(workloads=wl, traces=tr, n_range=(lo, hi), curriculum=not args.no_curriculum,
                            action=ActionConfig(global_scales=scales, anchor=args.anchor,

@@ -62,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay: the policy's global departures pass the safety layer's hold on an unstable "
                         "noise-scale estimate (ActionConfig.pass_hold; its 1.5x-per-decision limit stays): the policy "
                         "learns when an unstable estimate may be acted on (the expert's continuation is not held either)")
+    r.add_argument("--pass-action", action="store_true",
+                   help="replay, with --pass-hold: one more global action, goodput's own global batch with the hold "
+                        "passed (a second 1.0 at the end of the scales: ActionConfig.pass_global)")
     r.add_argument("--no-curriculum", action="store_true", help="replay: sample pooled worlds uniformly")
     r.add_argument("--method", default="ppo", choices=["ppo", "imitate"],
                    help="replay: PPO on the progress reward, or DAgger imitation of causal_safe (agent/imitate.py)")
@@ -196,7 +199,11 @@ def _run_replay(args: argparse.Namespace) -> int:
         args.global_scales = ""
     if args.workers == "2,64" or not args.workers:
         args.workers = "2,64"
-    cfg = config_from_args(args)
+    try:
+        cfg = config_from_args(args)
+    except ValueError as exc:        # a flag combination or a scale list the action config refuses
+        print(f"dynamix train-policy: {exc}", file=sys.stderr)
+        return 2
     if not args.quiet:
         print(f"training in the replay world: {args.timesteps} steps, seed {args.seed}, workloads {cfg.workloads}, "
               f"anchor {cfg.action.anchor}, history {cfg.history}, disabled {sorted(cfg.obs.disabled_groups)}, "

@@ -97,6 +97,7 @@ class GoodputController(Controller):
         self.last_fit: dict[str, Any] = {}
         self.last_evidence: SplitEvidence | None = None
         self._last_model: tuple | None = None     # the last choose()'s fit, for predicted_ratio
+        self._last_inputs: tuple | None = None    # the last choose()'s candidates and fit, for unheld_choice
 
     def predict(self, alpha: np.ndarray, beta: np.ndarray, totals: Sequence[float], comm: float, overlap: float,
                 phi: float, b_ref: float, shares: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +127,7 @@ class GoodputController(Controller):
         current = np.asarray(state.plan.batch_sizes, dtype=float)
         n = state.world_size
         self.model.add_state(state)
-        self._last_model = None
+        self._last_model = self._last_inputs = None
         alpha, beta = self.model.fit()
         if not np.isfinite(beta).all():
             self.last_reason = "keep plan: no compute timings yet"
@@ -166,11 +167,13 @@ class GoodputController(Controller):
         if self.bounds.max_global_batch is not None:
             hi = min(hi, self.bounds.max_global_batch)
         B_now = float(np.clip(incumbent, lo, hi)) if incumbent is not None else float(current.sum())
+        grid = sorted({float(np.clip(s * b_ref, lo, hi)) for s in candidate_scales(self.scales, hi / b_ref)})
+        self._last_inputs = (alpha, beta, comm, overlap, phi, b_ref, shares, grid, B_now,
+                             float(state.glob.noise_scale_rel_err))
         # the global batch moves only on a stable noise-scale estimate (stats.NoiseScaleEstimator)
         stable = bool(state.glob.noise_scale_stable) and math.isfinite(phi) and phi > 0
         # not stable, but even its pessimistic value is >= 10x these batches (stats.growth_room)
         room = 0.0 if stable else float(state.glob.noise_scale_room)   # 0 without a positive estimate
-        grid = sorted({float(np.clip(s * b_ref, lo, hi)) for s in candidate_scales(self.scales, hi / b_ref)})
         if stable:
             cands = sorted(set(grid) | {B_now})
         else:
@@ -208,6 +211,24 @@ class GoodputController(Controller):
         self.last_reason = (f"{ev.reason}; {gns}; B {B_now:.0f} -> {B_best:.0f}, predicted goodput "
                             f"{g_best / g_now - 1:+.0%} (the least within the noise scale's error)")
         return self._integer(alpha, beta, b_best), float(b_best.sum())
+
+    def unheld_choice(self) -> float | None:
+        """The global batch the last ``choose`` would have picked had its noise-scale estimate counted as
+        stable (every candidate, the same fit, robust gain and switching threshold): what the *pass* action
+        of a policy trained to pass the hold proposes (``ActionConfig.pass_global``). None before a fit or
+        without a positive estimate. Reads only what ``choose`` kept; feeds nothing."""
+        if self._last_inputs is None:
+            return None
+        alpha, beta, comm, overlap, phi, b_ref, shares, grid, B_now, rel_err = self._last_inputs
+        if not (math.isfinite(phi) and phi > 0):
+            return None
+        cands = sorted(set(grid) | {B_now})
+        goodput, splits = self.predict(alpha, beta, cands, comm, overlap, phi, b_ref, shares)
+        i_now = cands.index(B_now)
+        gain = self._robust_gain(goodput, i_now, alpha, beta, cands, comm, overlap, phi, b_ref, shares, rel_err)
+        i_best = int(np.argmax(gain))
+        i = i_now if gain[i_best] < 1.0 + self.switch_gain else i_best
+        return float(splits[i].sum())
 
     def predicted_ratio(self, B: float, B_ref: float) -> float:
         """The model's predicted goodput at global batch ``B`` over its prediction at ``B_ref``,

@@ -117,6 +117,10 @@ class PPOController(Controller):
             raise PolicyLoadError(f"policy file {policy or default_policy_path()}: action config does not match "
                                   "the network's output sizes")
         self.deterministic = deterministic
+        if members and self.action_config.pass_global is not None:
+            raise PolicyLoadError(f"policy file {policy or default_policy_path()} has a pass action (a second global "
+                                  "scale 1.0): its global actions are not ordered, so they cannot be combined as "
+                                  "an ensemble; run it alone")
         loaded = [self._member(m, cfg) for m in members]       # (network, config) of each member
         self.members = [net for net, _ in loaded]
         # the training support of the policy and of each member (None: not recorded, or support=False)

@@ -1,9 +1,10 @@
 """DAgger imitation of the causal oracle in the replay world (agent/imitate.py)."""
 from __future__ import annotations
 
-import numpy as np
-
+import copy
 import math
+
+import numpy as np
 
 import pytest
 
@@ -267,3 +268,88 @@ def test_the_continuation_prices_a_scale_by_what_follows_it():
     assert (env.sim.P, env.sim.time) == (P, t)
     with pytest.raises(ValueError, match="continuation='oracle'"):
         lookahead_label(env, 6, continuation="oracle")
+
+
+# ---------------------------------------------------------------- the pass action (session 50)
+PASS_SCALES = (0.5, 0.8, 1.0, 1.25, 1.6, 2.0, 3.0, 1.0)
+
+
+def test_only_a_pass_hold_policy_may_name_1_twice_and_the_second_is_the_pass_action():
+    a = ActionConfig(global_scales=PASS_SCALES, pass_hold=True)
+    assert a.noop_global == 2 and a.pass_global == 7 and a.scale(7) == 1.0
+    assert ActionConfig.from_dict(a.to_dict()).pass_global == 7
+    assert ActionConfig(global_scales=PASS_SCALES[:-1], pass_hold=True).pass_global is None
+    with pytest.raises(ValueError, match="appears twice"):
+        ActionConfig(global_scales=PASS_SCALES)                        # held: the same as the no-op
+    with pytest.raises(ValueError, match=r"appears twice \(\[1.25\]\)"):
+        ActionConfig(global_scales=(0.8, 1.0, 1.25, 1.25), pass_hold=True)
+    with pytest.raises(ValueError, match="appears twice"):
+        ActionConfig(global_scales=(0.8, 1.0, 1.0, 1.0), pass_hold=True)
+
+
+def test_the_pass_action_is_goodputs_own_batch_with_the_hold_passed():
+    """On ncf the noise-scale estimate jumps at each batch change and is rarely stable: the
+    safety layer holds goodput's growth, the pass action takes it (within the 1.5x-per-decision
+    limit), and where the hold does not bind the two lead to the same plan."""
+    cfg = ReplayEnvConfig(history=0, n_max=16, n_range=(2, 16),
+                          action=ActionConfig(global_scales=PASS_SCALES, pass_hold=True))
+    env = ReplayEnv(cfg)
+    env.reset(options={"spec": WorldSpec("ncf", 8, "none", 3), "goodput_s": 1.0})
+    noop = np.concatenate([np.full(cfg.n_max, cfg.action.k), [cfg.action.noop_global]])
+    differed = 0
+    for _ in range(30):
+        Bj = scale_outcomes(env)
+        B_cur = float(sum(env.plan.batch_sizes))
+        c = copy.deepcopy(env.ctl)                                     # goodput's view, as the decision forms it
+        c.anchor.observe(env.state, c.last_scale)
+        unheld = c.anchor.goodput.unheld_choice()
+        assert Bj[7] <= 1.5 * B_cur + 1.0
+        if Bj[7] != Bj[2]:
+            differed += 1
+            want = min(max(unheld, B_cur / 1.5), 1.5 * B_cur)
+            assert Bj[7] == pytest.approx(want, rel=0.02)               # the pass: goodput's batch, unheld
+        env.step(noop)
+        if env.sim.done:
+            break
+    assert differed >= 3
+
+
+def test_the_pass_action_wins_its_ties_with_a_fixed_scale_and_the_noop_wins_its_ties_with_it():
+    from dynamix_hvd.agent.imitate import noop_label
+    tied = np.array([0.1, 0.05, 0.03, 0.02, 0.0, 0.0, 0.0, 0.0])     # 1.6x, 2x, 3x and the pass: one batch
+    label, reg = noop_label(tied, 2, 0.01, 7)
+    assert label == 7 and reg[7] == 0.0 and reg[4] == pytest.approx(0.005)
+    label, reg = noop_label(np.zeros(8), 2, 0.01, 7)                   # every scale one plan: as without it
+    assert label == 2 and np.all(reg == 0.0)
+    label, reg = noop_label(np.array([0.1, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), 2, 0.01, 7)
+    assert label == 2 and reg[7] == 0.0                                # the no-op's ties are the no-op's
+    label, _ = noop_label(np.array([0.1, 0.05, 0.03, 0.02, 0.0, 0.0, 0.0, 0.01]), 2, 0.01, 7)
+    assert label == 4                                                  # a fixed scale that gains more
+    label, reg = noop_label(tied, 2, 0.01)                             # without a pass action: as before
+    assert label == 4 and reg[2] == pytest.approx(0.02)
+
+
+def test_a_pass_action_policy_is_trained_saved_and_run_alone(tmp_path):
+    from dynamix_hvd.agent.imitate import train_imitation
+    from dynamix_hvd.controllers.policy.io import PolicyLoadError, load_policy
+    from dynamix_hvd.controllers.ppo import PPOController
+    from dynamix_hvd.plan import PlanBounds
+    cfg = ReplayEnvConfig(workloads=("ncf",), traces=("none",), n_range=(3, 4), n_max=4, perturb_prob=0.0,
+                          history=0, action=ActionConfig(global_scales=(0.8, 1.0, 1.25, 1.0), pass_hold=True))
+    out = tmp_path / "pass.zip"
+    train_imitation(cfg, 0, out, iters=1, worlds_per_iter=1, epochs=1, verbose=False, horizon=2)
+    _, dyn = load_policy(out)
+    assert ActionConfig.from_dict(dyn["action"]).pass_global == 3
+    r = run_controller(build_sim(WorldSpec("ncf", 4, "none", 0)), f"ppo:{out}?warmup=0", 0)
+    assert r["time_to_target_s"] is not None
+    with pytest.raises(PolicyLoadError, match="pass action"):
+        PPOController(PlanBounds(max_batch=(64,) * 4), 16, policy=out, members=[out])
+
+
+@pytest.mark.parametrize("flags,msg", [(["--pass-action"], "--pass-action needs --pass-hold"),
+                                       (["--global-scales", "0.8,1.0,1.0"], "a scale appears twice")])
+def test_train_policy_refuses_a_pass_action_without_the_hold_passed(tmp_path, capsys, flags, msg):
+    from dynamix_hvd.cli import main
+    assert main(["train-policy", "--world", "replay", "--method", "imitate", "--out", str(tmp_path / "p.zip"),
+                 *flags]) == 2
+    assert msg in capsys.readouterr().err and not (tmp_path / "p.zip").exists()

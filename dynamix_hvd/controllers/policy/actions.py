@@ -47,7 +47,9 @@ class ActionConfig:
     anchor: str = "goodput"                             # what the action moves from (see module doc)
     # a global departure (scale != 1) is not held by the safety layer's hold on an unstable noise-scale
     # estimate (safety.MoveLimits.hold_global_without_gns; the 1.5x-per-decision limit still applies):
-    # the policy, trained with the same rule, judges the unstable estimate itself (docs/policy.md, session 48)
+    # the policy, trained with the same rule, judges the unstable estimate itself (docs/policy.md, session 48).
+    # With it, a second 1.0 in ``global_scales`` is the *pass* action: goodput's own global batch with the hold
+    # passed (``pass_global``; the no-op is the first 1.0, goodput's plan held as goodput holds it; session 50)
     pass_hold: bool = False
 
     def __post_init__(self) -> None:
@@ -60,6 +62,10 @@ class ActionConfig:
             raise ValueError(f"step_frac={self.step_frac}: must be in (0, 1]")
         if 1.0 not in self.global_scales or any(s <= 0 for s in self.global_scales):
             raise ValueError(f"global_scales={self.global_scales}: must be > 0 and contain 1.0")
+        twice = sorted({s for s in self.global_scales if self.global_scales.count(s) > 1})
+        if twice and (twice != [1.0] or self.global_scales.count(1.0) > 2 or not self.pass_hold):
+            raise ValueError(f"global_scales={self.global_scales}: a scale appears twice ({twice}); only 1.0 may, "
+                             f"once more, as the pass action of a policy with pass_hold")
 
     @property
     def k(self) -> int:
@@ -68,6 +74,12 @@ class ActionConfig:
     @property
     def noop_global(self) -> int:
         return self.global_scales.index(1.0)
+
+    @property
+    def pass_global(self) -> int | None:
+        """The index of the pass action (the second 1.0 of a ``pass_hold`` policy), or None."""
+        ones = [i for i, s in enumerate(self.global_scales) if s == 1.0]
+        return ones[1] if len(ones) > 1 else None
 
     def scale(self, global_index: int) -> float:
         """The global-batch multiplier of action index ``global_index`` (clipped to the range)."""
@@ -119,7 +131,7 @@ class BalancedAnchor:
                                            min_excess=self.lasting.floor)
             self.reason = self.evidence.reason
 
-    def global_batch(self, running_target: float) -> float:
+    def global_batch(self, running_target: float, passed: bool = False) -> float:
         """The global batch the global scale multiplies: here the policy's running target."""
         return running_target
 
@@ -176,7 +188,13 @@ class GoodputAnchor(BalancedAnchor):
         self.choice, self.B = self.goodput.choose(state, incumbent=inc)   # choose() also feeds the model
         self.evidence, self.reason = self.goodput.last_evidence, self.goodput.last_reason
 
-    def global_batch(self, running_target: float) -> float:
+    def global_batch(self, running_target: float, passed: bool = False) -> float:
+        """The model's choice; ``passed`` (the pass action): its choice with the noise-scale estimate
+        counted as stable (``GoodputController.unheld_choice``), where it has one."""
+        if passed:
+            B = self.goodput.unheld_choice()
+            if B is not None and math.isfinite(B) and B > 0:
+                return B
         return self.B if self.B is not None and math.isfinite(self.B) and self.B > 0 else running_target
 
     def split(self, sizes: Sequence[float], target: float, bounds: PlanBounds) -> np.ndarray:
@@ -241,7 +259,8 @@ def proposal_from_action(
     lo, hi = global_batch_limits(bounds)
     if config.anchor != "current" and anchor is None:
         raise ValueError(f"ActionConfig.anchor={config.anchor!r} needs an anchor (make_anchor)")
-    base = anchor.global_batch(target_global) if anchor is not None else target_global
+    passed = config.pass_global is not None and int(global_index) == config.pass_global
+    base = anchor.global_batch(target_global, passed) if anchor is not None else target_global
     target = float(np.clip(base * scale, lo, hi))
     if anchor is not None:
         b = anchor.split(b, target, bounds)
