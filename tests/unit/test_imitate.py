@@ -285,6 +285,8 @@ def test_only_a_pass_hold_policy_may_name_1_twice_and_the_second_is_the_pass_act
         ActionConfig(global_scales=(0.8, 1.0, 1.25, 1.25), pass_hold=True)
     with pytest.raises(ValueError, match="appears twice"):
         ActionConfig(global_scales=(0.8, 1.0, 1.0, 1.0), pass_hold=True)
+    with pytest.raises(ValueError, match="needs anchor='goodput'"):
+        ActionConfig(global_scales=PASS_SCALES, pass_hold=True, anchor="balanced")
 
 
 def test_the_pass_action_is_goodputs_own_batch_with_the_hold_passed():

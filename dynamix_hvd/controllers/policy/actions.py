@@ -66,6 +66,9 @@ class ActionConfig:
         if twice and (twice != [1.0] or self.global_scales.count(1.0) > 2 or not self.pass_hold):
             raise ValueError(f"global_scales={self.global_scales}: a scale appears twice ({twice}); only 1.0 may, "
                              f"once more, as the pass action of a policy with pass_hold")
+        if twice and self.anchor != "goodput":
+            raise ValueError(f"global_scales={self.global_scales} with anchor={self.anchor!r}: the pass action (a second "
+                             f"1.0) is goodput's own batch, so it needs anchor='goodput'")
 
     @property
     def k(self) -> int:
