@@ -168,8 +168,8 @@ class GoodputController(Controller):
             hi = min(hi, self.bounds.max_global_batch)
         B_now = float(np.clip(incumbent, lo, hi)) if incumbent is not None else float(current.sum())
         grid = sorted({float(np.clip(s * b_ref, lo, hi)) for s in candidate_scales(self.scales, hi / b_ref)})
-        self._last_inputs = (alpha, beta, comm, overlap, phi, b_ref, shares, grid, B_now,
-                             float(state.glob.noise_scale_rel_err))
+        fit = (alpha, beta, comm, overlap, phi, b_ref, shares)
+        self._last_inputs = (fit, grid, B_now, float(state.glob.noise_scale_rel_err))
         # the global batch moves only on a stable noise-scale estimate (stats.NoiseScaleEstimator)
         stable = bool(state.glob.noise_scale_stable) and math.isfinite(phi) and phi > 0
         # not stable, but even its pessimistic value is >= 10x these batches (stats.growth_room)
@@ -179,12 +179,10 @@ class GoodputController(Controller):
         else:
             cands = [B_now] + [c for c in grid if B_now < c <= room]
         gns_ok = stable or len(cands) > 1
-        goodput, splits = self.predict(alpha, beta, cands, comm, overlap, phi, b_ref, shares)   # B_now included
         if stable:
-            self._last_model = (alpha, beta, comm, overlap, phi, b_ref, shares)
-        i_now = cands.index(B_now)
-        gain = self._robust_gain(goodput, i_now, alpha, beta, cands, comm, overlap, phi, b_ref, shares,
-                                 float(state.glob.noise_scale_rel_err)) if gns_ok and len(cands) > 1 else goodput / goodput[i_now]
+            self._last_model = fit
+        goodput, splits, gain, i_now = self._candidate_gains(fit, cands, B_now, float(state.glob.noise_scale_rel_err),
+                                                             robust=gns_ok and len(cands) > 1)   # B_now included
         i_best = int(np.argmax(gain))
         g_now, b_now = float(goodput[i_now]), splits[i_now]
         g_best, b_best = float(g_now * gain[i_best]), splits[i_best]
@@ -219,13 +217,11 @@ class GoodputController(Controller):
         without a positive estimate. Reads only what ``choose`` kept; feeds nothing."""
         if self._last_inputs is None:
             return None
-        alpha, beta, comm, overlap, phi, b_ref, shares, grid, B_now, rel_err = self._last_inputs
+        fit, grid, B_now, rel_err = self._last_inputs
+        phi = fit[4]
         if not (math.isfinite(phi) and phi > 0):
             return None
-        cands = sorted(set(grid) | {B_now})
-        goodput, splits = self.predict(alpha, beta, cands, comm, overlap, phi, b_ref, shares)
-        i_now = cands.index(B_now)
-        gain = self._robust_gain(goodput, i_now, alpha, beta, cands, comm, overlap, phi, b_ref, shares, rel_err)
+        _, splits, gain, i_now = self._candidate_gains(fit, sorted(set(grid) | {B_now}), B_now, rel_err, robust=True)
         i_best = int(np.argmax(gain))
         i = i_now if gain[i_best] < 1.0 + self.switch_gain else i_best
         return float(splits[i].sum())
@@ -239,6 +235,17 @@ class GoodputController(Controller):
         alpha, beta, comm, overlap, phi, b_ref, shares = self._last_model
         g = self.predict(alpha, beta, [float(B), float(B_ref)], comm, overlap, phi, b_ref, shares)[0]
         return float(g[0] / g[1]) if g[1] > 0 else math.nan
+
+    def _candidate_gains(self, fit: tuple, cands: Sequence[float], B_now: float, rel_err: float,
+                         robust: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Predicted goodput and split of each candidate (``fit``: alpha, beta, comm, overlap, phi, b_ref,
+        shares), and each one's gain over ``B_now`` (a candidate): robust to the noise scale's error
+        (``_robust_gain``) when ``robust``, else the plain ratio. Returns (goodput, splits, gain, index of B_now)."""
+        goodput, splits = self.predict(*fit[:2], cands, *fit[2:])
+        i_now = cands.index(B_now)
+        gain = self._robust_gain(goodput, i_now, *fit[:2], cands, *fit[2:], rel_err) if robust \
+            else goodput / goodput[i_now]
+        return goodput, splits, gain, i_now
 
     def _robust_gain(self, goodput: np.ndarray, i_now: int, alpha: np.ndarray, beta: np.ndarray,
                      cands: Sequence[float], comm: float, overlap: float, phi: float, b_ref: float,

@@ -103,18 +103,21 @@ def check_increasing(path: str | os.PathLike, values: np.ndarray, column: str, r
                                f"({v[k - 1]:g} then {v[k]:g})", row, column)
 
 
+def _refuse_first(path: str | os.PathLike, v: np.ndarray, bad: np.ndarray, column: str, message: str) -> None:
+    """Raise TraceError at the first data row where ``bad`` holds (``message`` formats its value ``{v}``)."""
+    rows = np.nonzero(bad)[0]
+    if rows.size:
+        k = int(rows[0])
+        raise TraceError(path, message.format(v=f"{v[k]:g}"), k + 2, column)
+
+
 def check_positive(path: str | os.PathLike, values: np.ndarray, column: str, allow_zero: bool = False) -> None:
     v = np.asarray(values, dtype=float)
-    bad = np.nonzero(v < 0 if allow_zero else v <= 0)[0]
-    if bad.size:
-        k = int(bad[0])
-        raise TraceError(path, f"value {v[k]:g} must be {'>= 0' if allow_zero else '> 0'}", k + 2, column)
+    _refuse_first(path, v, v < 0 if allow_zero else v <= 0, column,
+                  f"value {{v}} must be {'>= 0' if allow_zero else '> 0'}")
 
 
 def check_at_least(path: str | os.PathLike, values: np.ndarray, column: str, minimum: float, what: str) -> None:
     """Raise TraceError at the first row whose value is below ``minimum`` (``what`` says what that is)."""
     v = np.asarray(values, dtype=float)
-    bad = np.nonzero(~(v >= minimum))[0]
-    if bad.size:
-        k = int(bad[0])
-        raise TraceError(path, f"{column} {v[k]:g} is below {what}", k + 2, column)
+    _refuse_first(path, v, ~(v >= minimum), column, f"{column} {{v}} is below {what}")
