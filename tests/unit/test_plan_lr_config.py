@@ -68,6 +68,14 @@ def test_quantize_keeps_the_proposals_total(sizes, quantum, data):
     assert all(1 <= o <= c and abs(o - x) < 2 * quantum for o, x, c in zip(out, clipped, caps))
 
 
+def test_quantize_does_not_pile_whole_quanta_on_one_rank():
+    """Session 51 (hypothesis): a rank whose share was 1 sample took 17 of 24 in quanta of 8 because
+    the other ranks' caps were 8; a whole quantum now goes only up to a rank's share rounded up."""
+    b = PlanBounds(max_batch=(8, 8, 8, 8, 8, 17), quantum=8)
+    out = quantize([0.0, 0.0, 6.0, 6.0, 6.0, 0.0], b)
+    assert sum(out) == 24 and max(out) < 1 + 16, out
+
+
 def test_quantize_does_not_drift_a_small_split():
     """Session 45, live: a move-limited re-split rounded one rank at a time became B 33 from 32."""
     b = PlanBounds(max_batch=(160, 256, 256, 256), min_global_batch=32)
