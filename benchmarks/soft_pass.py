@@ -9,7 +9,10 @@ less of that cost. This runs a trained pass-action policy with its pass clipped 
 (growth only up to ``noise_scale_room x GROWTH_MARGIN / M`` while the estimate is unstable; shrinking
 and a stable estimate as before): the policy's *when* unchanged, *how far* softer. An experiment
 (monkeypatched, not an option of the product); goodput's times are read from an ``eval-replay`` cache
-when it has them.
+when it has them (a cache of the same code: its keys do not name the code). ``--margins=-1`` ("fixedheld"):
+the pass action as trained, the policy's fixed global scales held by the hold. The figures in
+``docs/results/s51/soft_pass_*.txt`` and ``fixed_scales_held.txt`` were measured with the margin of 10, before
+``stats.GROWTH_MARGIN`` became 3, against session 50's caches.
 
     python benchmarks/soft_pass.py runs/s50/passb_s1_sup.zip --margins 3,1 --workloads ncf \
         --cache runs/s50/eval_cache.json --seeds 20

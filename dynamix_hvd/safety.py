@@ -136,7 +136,7 @@ class MoveLimits:
     that has to make room for such a rank; ``max_global_change``: the same for the global batch;
     ``hold_global_without_gns``: the global batch stays unless the noise-scale estimate is stable,
     or grows no further than ``glob.noise_scale_room`` (an unstable estimate whose pessimistic
-    value is still >= 10x the batch, ``stats.growth_room``).
+    value is still >= ``stats.GROWTH_MARGIN`` (3) x the batch, ``stats.growth_room``).
     Live (issue 24) PPO moved one rank 41 -> 330 -> 10 -> 90 within 5 s and grew B from 144 to
     575; each of those moves is bounded here."""
 

@@ -172,7 +172,7 @@ class GoodputController(Controller):
         self._last_inputs = (fit, grid, B_now, float(state.glob.noise_scale_rel_err))
         # the global batch moves only on a stable noise-scale estimate (stats.NoiseScaleEstimator)
         stable = bool(state.glob.noise_scale_stable) and math.isfinite(phi) and phi > 0
-        # not stable, but even its pessimistic value is >= 10x these batches (stats.growth_room)
+        # not stable, but even its pessimistic value is >= GROWTH_MARGIN x these batches (stats.growth_room)
         room = 0.0 if stable else float(state.glob.noise_scale_room)   # 0 without a positive estimate
         if stable:
             cands = sorted(set(grid) | {B_now})

@@ -130,9 +130,9 @@ def test_goodput_holds_the_global_batch_on_an_unstable_noise_scale():
 
 def test_an_unstable_but_huge_noise_scale_lets_goodput_grow_within_its_lower_bound():
     # ncf-like: the estimate jumps with every batch change (rel. err 0.3, not stable), yet even
-    # phi x exp(-2 x 0.3) / 10 = 5488 is far above the batch: growing costs < 9% efficiency
+    # phi x exp(-2 x 0.3) / 3 = 18294 is far above the batch: growing keeps >= 75% efficiency
     room = growth_room(1e5, 0.3, updates=10)
-    assert room == pytest.approx(1e5 * math.exp(-0.6) / 10)
+    assert room == pytest.approx(1e5 * math.exp(-0.6) / 3)
     assert growth_room(1e5, 0.3, updates=3) == 0.0                 # too few intervals
     assert growth_room(1e5, float("nan"), updates=10) == 0.0       # unknown error
     assert growth_room(1e5, 1.5, updates=10) == 0.0                # error above 100%
@@ -144,8 +144,8 @@ def test_an_unstable_but_huge_noise_scale_lets_goodput_grow_within_its_lower_bou
     grow = make_controller("goodput", _bounds(2, cap=4096), 32)
     prop = grow.decide(_state(sizes, c, se=[1e-5] * 2, phi=1e5, stable=False, rel=0.3, comm=0.1, room=room))
     assert 64 < sum(prop) <= room + 1e-6, grow.last_reason
-    assert "not stable" in grow.last_reason and ">= 10x" in grow.last_reason
-    # the same estimate without room (the batch already near phi / 10): held
+    assert "not stable" in grow.last_reason and ">= 3x" in grow.last_reason
+    # the same estimate without room (the batch already near phi / 3): held
     hold = make_controller("goodput", _bounds(2, cap=4096), 32)
     assert sum(hold.decide(_state(sizes, c, se=[1e-5] * 2, phi=1e5, stable=False, rel=0.3, comm=0.1,
                                   room=64.0))) == pytest.approx(64)

@@ -46,8 +46,9 @@ def test_oracles_are_evaluated_and_summarised_like_policies(tmp_path, capsys):
 
 
 def test_the_noise_scale_model_is_applied_and_cached_apart(tmp_path, capsys):
-    # --gns-model continuous runs every episode in that world (ncf's goodput is faster there:
-    # the measured noise scale no longer jumps at a batch change) and caches it under its own key
+    # --gns-model continuous runs every episode in that world (the measured noise scale no longer
+    # jumps at a batch change, so ncf's goodput runs another episode: 0.96x until session 51, 1.003x
+    # since the hold's margin became 3) and caches it under its own key
     import argparse
 
     from dynamix_hvd.agent import replay_eval
@@ -61,7 +62,7 @@ def test_the_noise_scale_model_is_applied_and_cached_apart(tmp_path, capsys):
     assert "noise-scale model continuous" in capsys.readouterr().out
     got = json.loads(cache.read_text())
     run, cont = got["ncf|none|4|0|goodput"], got["ncf|none|4|0|goodput|gns=continuous"]
-    assert cont < 0.97 * run
+    assert cont != run and abs(cont / run - 1) > 1e-4      # not the same episode
 
 
 def test_policies_only_runs_a_baseline_named_in_oracles(tmp_path, capsys):
