@@ -422,7 +422,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
         m, _, z = mode[6:].partition("z")
         orig_room = smod.growth_room
 
-        def room(noise_scale, rel_err, updates=1_000_000, min_updates=4, z_=None, margin=None, **kw):
+        def room(noise_scale, rel_err, updates=1_000_000, min_updates=4, **_):
             return orig_room(noise_scale, rel_err, updates, min_updates, z=float(z) if z else smod.GROWTH_Z,
                              margin=float(m))
         smod.growth_room = room

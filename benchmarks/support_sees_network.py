@@ -15,16 +15,15 @@ departures and how many of them the wider support would have refused.
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 
-from dynamix_hvd.agent.support_fit import global_columns
+from dynamix_hvd.agent.support_fit import global_columns, training_world_specs
 from dynamix_hvd.controllers.policy.io import load_policy
 from dynamix_hvd.controllers.policy.support import fit
 from dynamix_hvd.controllers.ppo import PPOController
 from dynamix_hvd.replay.runner import run_controller
-from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, WorldSpec, build_sim, draw_spec
+from dynamix_hvd.replay.worlds import WorldSpec, build_sim
 from dynamix_hvd.state import FEATURE_NAMES, ObsConfig, build_observation
 
 
@@ -56,14 +55,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     a = ap.parse_args()
     _, cfg = load_policy(a.policy)
-    rng, rng_large = np.random.default_rng([0, 7117]), np.random.default_rng([0, 7118])
-    lo, hi = (int(x) for x in cfg.get("n_range", (2, 64)))
-    upper = (max(lo, int(round(math.sqrt(lo * hi)))), hi)
     train = []
-    for r, n_range in [(rng, (lo, hi))] * 24 + [(rng_large, upper)] * 24:
-        spec = draw_spec(r, tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), tuple(cfg.get("traces") or TRACE_FAMILIES),
-                         n_range, float(cfg.get("perturb_prob", 0.7)), gns_model=str(cfg.get("gns_model", "run")),
-                         loss_noise=cfg.get("loss_noise"))
+    for spec in training_world_specs(cfg, 24, 24, seed=0):     # as ``dynamix policy-support`` draws them
         train += [full for full, _, _ in rollout(a.policy, build_sim(spec), spec.seed, False)]
     G = list(global_columns())
     wide = fit(train, FEATURE_NAMES, G)

@@ -39,6 +39,20 @@ def global_columns() -> tuple[int, ...]:
     return tuple(range(N_LOCAL, N_FEATURES))
 
 
+def training_world_specs(cfg: dict[str, Any], worlds: int, large_worlds: int = 0, seed: int = 0) -> list[Any]:
+    """The ``WorldSpec`` of ``worlds`` worlds drawn as a policy with ``dynamix_config`` ``cfg`` was
+    trained (``replay.worlds.draw_spec``, from a seed of their own), then ``large_worlds`` more whose N
+    is drawn from the upper half (in log) of its training range."""
+    from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, draw_spec
+    rng, rng_large = np.random.default_rng([seed, 7117]), np.random.default_rng([seed, 7118])
+    lo, hi = (int(x) for x in cfg.get("n_range", (2, 64)))
+    upper = (max(lo, int(round(math.sqrt(lo * hi)))), hi)
+    return [draw_spec(r, tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), tuple(cfg.get("traces") or TRACE_FAMILIES),
+                      n_range, float(cfg.get("perturb_prob", 0.7)), gns_model=str(cfg.get("gns_model", "run")),
+                      loss_noise=cfg.get("loss_noise"))
+            for r, n_range in [(rng, (lo, hi))] * worlds + [(rng_large, upper)] * large_worlds]
+
+
 def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
                        max_decisions: int = 2000, radius_quantile: float = RADIUS_QUANTILE,
                        large_worlds: int = 0) -> Support:
@@ -48,21 +62,14 @@ def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
     from dynamix_hvd.controllers.policy.io import load_policy
     from dynamix_hvd.controllers.ppo import PPOController
     from dynamix_hvd.replay.runner import run_controller
-    from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, build_sim, draw_spec
+    from dynamix_hvd.replay.worlds import build_sim
     _, cfg = load_policy(path)
     if worlds < 1:
         raise ValueError(f"worlds={worlds}: must be >= 1")
     if large_worlds < 0:
         raise ValueError(f"large_worlds={large_worlds}: must be >= 0")
-    rng, rng_large = np.random.default_rng([seed, 7117]), np.random.default_rng([seed, 7118])
-    lo, hi = (int(x) for x in cfg.get("n_range", (2, 64)))
-    upper = (max(lo, int(round(math.sqrt(lo * hi)))), hi)
-    draws = [(rng, (lo, hi))] * worlds + [(rng_large, upper)] * large_worlds
     obs: list[np.ndarray] = []
-    for r, n_range in draws:
-        spec = draw_spec(r, tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), tuple(cfg.get("traces") or TRACE_FAMILIES),
-                         n_range, float(cfg.get("perturb_prob", 0.7)), gns_model=str(cfg.get("gns_model", "run")),
-                         loss_noise=cfg.get("loss_noise"))
+    for spec in training_world_specs(cfg, worlds, large_worlds, seed):
         sim = build_sim(spec)
         # the policy as it was trained: no support, no refuted-departure guard, no warm-up (they ride on
         # top of it live; with them the rollouts, and so the recorded support, depend on the guards)
