@@ -20,6 +20,7 @@ the pass action as trained, the policy's fixed global scales held by the hold. T
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -53,20 +54,15 @@ def _patch() -> None:
     GoodputController.choose, GoodputController.unheld_choice = soft_choose, soft_unheld
 
     # margin -1 ("fixedheld"): the pass action passes the hold, the fixed global scales do not
+    # (what ``train-policy --pass-only`` trains with since session 52: ActionConfig.pass_only)
     from dynamix_hvd.controllers.ppo import PPOController
-    decide, not_refuted = PPOController.decide, PPOController._not_refuted
-
-    def keep_gidx(self, gidx):
-        out = not_refuted(self, gidx)
-        self._gidx = out[0]
-        return out
+    decide = PPOController.decide
 
     def held_decide(self, state):
-        proposed = decide(self, state)
-        if _MARGIN[0] < 0:
-            self.passes_hold = self.passes_hold and self._gidx == self.action_config.pass_global
-        return proposed
-    PPOController.decide, PPOController._not_refuted = held_decide, keep_gidx
+        if _MARGIN[0] < 0 and not self.action_config.pass_only:
+            self.action_config = dataclasses.replace(self.action_config, pass_only=True)
+        return decide(self, state)
+    PPOController.decide = held_decide
 
 
 def _run(task):

@@ -39,10 +39,13 @@ def config_from_args(args) -> ReplayEnvConfig:
         if not args.pass_hold:
             raise ValueError("--pass-action needs --pass-hold (the pass action is goodput's batch with the hold passed)")
         scales = scales + (1.0,)
+    if getattr(args, "pass_only", False) and not getattr(args, "pass_action", False):
+        raise ValueError("--pass-only needs --pass-action (only the pass action passes the hold)")
     lo, hi = (int(x) for x in args.workers.split(","))
     return ReplayEnvConfig(workloads=wl, traces=tr, n_range=(lo, hi), curriculum=not args.no_curriculum,
                            action=ActionConfig(global_scales=scales, anchor=args.anchor,
-                                                pass_hold=args.pass_hold),
+                                                pass_hold=args.pass_hold,
+                                                pass_only=getattr(args, "pass_only", False)),
                            obs=ObsConfig(frozenset(g for g in args.disable.split(",") if g)),
                            history=int(args.history), n_max=max(args.n_max, hi),
                            loss_penalty=float(args.loss_penalty), gns_model=args.gns_model,

@@ -65,6 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--pass-action", action="store_true",
                    help="replay, with --pass-hold: one more global action, goodput's own global batch with the hold "
                         "passed (a second 1.0 at the end of the scales: ActionConfig.pass_global)")
+    r.add_argument("--pass-only", action="store_true",
+                   help="replay, with --pass-action: only the pass action passes the hold; the fixed global scales "
+                        "stay held by it (ActionConfig.pass_only)")
     r.add_argument("--no-curriculum", action="store_true", help="replay: sample pooled worlds uniformly")
     r.add_argument("--method", default="ppo", choices=["ppo", "imitate"],
                    help="replay: PPO on the progress reward, or DAgger imitation of causal_safe (agent/imitate.py)")

@@ -288,7 +288,7 @@ class PPOController(Controller):
         gidx, trust_note = self._within_trust(gidx)
         gidx, refute_note = self._not_refuted(gidx)
         # a global departure of a policy trained to pass the noise-scale hold is not held by it (decide_plan)
-        self.passes_hold = self.action_config.pass_hold and gidx != self.action_config.noop_global
+        self.passes_hold = self.action_config.passes_hold(gidx)
         ev = getattr(self.anchor, "evidence", None)
         if ev is not None and not (ev.act and ev.excess >= MIN_EXCESS):
             # the measurements do not justify moving the split (timing noise, steps too short to

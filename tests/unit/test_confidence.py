@@ -235,6 +235,33 @@ def test_only_a_pass_hold_policys_global_departure_passes_the_hold():
     assert ctl.passes_hold is False                          # the no-op is goodput's plan: held as goodput is
 
 
+def test_with_pass_only_the_pass_action_alone_passes_the_hold():
+    from dynamix_hvd.controllers.policy.actions import ActionConfig
+    from dynamix_hvd.controllers.ppo import PPOController
+    cfg = ActionConfig(global_scales=(0.8, 1.0, 1.25, 1.0), pass_hold=True, pass_only=True)
+    assert ActionConfig.from_dict(cfg.to_dict()) == cfg
+    assert "pass_only" not in ActionConfig(global_scales=(0.8, 1.0, 1.25, 1.0), pass_hold=True).to_dict()
+    with pytest.raises(ValueError, match="pass_only=True"):
+        ActionConfig(pass_hold=True, pass_only=True)               # no pass action to pass with
+    with pytest.raises(ValueError, match="pass_only=1"):
+        ActionConfig.from_dict({**cfg.to_dict(), "pass_only": 1})
+    st = _state([32, 32], [0.03, 0.03], stable=False, rel=0.6)
+    ctl = PPOController(_bounds(2), 32, warmup=0)
+    ctl.action_config = cfg
+    passed = {}
+    for g in range(4):
+        ctl.act = lambda obs, g=g: (np.zeros(2, dtype=np.int64) + cfg.k, g)
+        ctl.decide(st)
+        passed[g] = ctl.passes_hold
+    assert passed == {0: False, 1: False, 2: False, 3: True}     # the fixed scales and the no-op held
+    ctl.action_config = ActionConfig(global_scales=(0.8, 1.0, 1.25, 1.0), pass_hold=True)
+    ctl.decide(st)                                                 # (the last act: the pass)
+    assert ctl.passes_hold is True
+    ctl.act = lambda obs: (np.zeros(2, dtype=np.int64) + cfg.k, 2)
+    ctl.decide(st)
+    assert ctl.passes_hold is True                                 # without pass_only a fixed scale passes too
+
+
 def test_limits_bound_each_rank_and_the_global_batch_per_decision():
     st = _state([41, 41, 41, 41], [0.03] * 4, stable=True, rel=0.05)
     out, notes = limit_proposal(st, [330, 41, 41, 41], MoveLimits(max_rank_change=1.0, max_global_change=0.5))

@@ -337,10 +337,12 @@ def test_a_pass_action_policy_is_trained_saved_and_run_alone(tmp_path):
     from dynamix_hvd.controllers.ppo import PPOController
     from dynamix_hvd.plan import PlanBounds
     cfg = ReplayEnvConfig(workloads=("ncf",), traces=("none",), n_range=(3, 4), n_max=4, perturb_prob=0.0,
-                          history=0, action=ActionConfig(global_scales=(0.8, 1.0, 1.25, 1.0), pass_hold=True))
+                          history=0, action=ActionConfig(global_scales=(0.8, 1.0, 1.25, 1.0), pass_hold=True,
+                                                         pass_only=True))
     out = tmp_path / "pass.zip"
     train_imitation(cfg, 0, out, iters=1, worlds_per_iter=1, epochs=1, verbose=False, horizon=2)
     _, dyn = load_policy(out)
+    assert ActionConfig.from_dict(dyn["action"]) == cfg.action        # pass_only travels in the file
     assert ActionConfig.from_dict(dyn["action"]).pass_global == 3
     r = run_controller(build_sim(WorldSpec("ncf", 4, "none", 0)), f"ppo:{out}?warmup=0", 0)
     assert r["time_to_target_s"] is not None
@@ -349,7 +351,8 @@ def test_a_pass_action_policy_is_trained_saved_and_run_alone(tmp_path):
 
 
 @pytest.mark.parametrize("flags,msg", [(["--pass-action"], "--pass-action needs --pass-hold"),
-                                       (["--global-scales", "0.8,1.0,1.0"], "a scale appears twice")])
+                                       (["--global-scales", "0.8,1.0,1.0"], "a scale appears twice"),
+                                       (["--pass-hold", "--pass-only"], "--pass-only needs --pass-action")])
 def test_train_policy_refuses_a_pass_action_without_the_hold_passed(tmp_path, capsys, flags, msg):
     from dynamix_hvd.cli import main
     assert main(["train-policy", "--world", "replay", "--method", "imitate", "--out", str(tmp_path / "p.zip"),

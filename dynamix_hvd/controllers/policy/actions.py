@@ -51,6 +51,9 @@ class ActionConfig:
     # With it, a second 1.0 in ``global_scales`` is the *pass* action: goodput's own global batch with the hold
     # passed (``pass_global``; the no-op is the first 1.0, goodput's plan held as goodput holds it; session 50)
     pass_hold: bool = False
+    # with a pass action: only the pass passes the hold, the fixed scales stay held by it (a fixed multiple
+    # of goodput's batch grown on an unstable estimate was the pass-hold policies' held-out tail; session 52)
+    pass_only: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "global_scales", tuple(float(s) for s in self.global_scales))
@@ -69,6 +72,9 @@ class ActionConfig:
         if twice and self.anchor != "goodput":
             raise ValueError(f"global_scales={self.global_scales} with anchor={self.anchor!r}: the pass action (a second "
                              f"1.0) is goodput's own batch, so it needs anchor='goodput'")
+        if self.pass_only and not twice:
+            raise ValueError(f"pass_only=True with global_scales={self.global_scales}: only the pass action passes the "
+                             f"hold, so it needs one (a second 1.0, with pass_hold)")
 
     @property
     def k(self) -> int:
@@ -84,6 +90,14 @@ class ActionConfig:
         ones = [i for i, s in enumerate(self.global_scales) if s == 1.0]
         return ones[1] if len(ones) > 1 else None
 
+    def passes_hold(self, global_index: int) -> bool:
+        """Whether global action ``global_index`` passes the safety layer's hold on an unstable noise-scale
+        estimate: with ``pass_hold`` every departure (a global action other than the no-op), with
+        ``pass_only`` too the pass action alone."""
+        if not self.pass_hold or int(global_index) == self.noop_global:
+            return False
+        return not self.pass_only or int(global_index) == self.pass_global
+
     def scale(self, global_index: int) -> float:
         """The global-batch multiplier of action index ``global_index`` (clipped to the range)."""
         return self.global_scales[int(np.clip(global_index, 0, len(self.global_scales) - 1))]
@@ -91,17 +105,19 @@ class ActionConfig:
     def to_dict(self) -> dict:
         d = {"n_levels": self.n_levels, "step_frac": self.step_frac, "global_scales": list(self.global_scales),
              "anchor": self.anchor}
-        return {**d, "pass_hold": True} if self.pass_hold else d   # (policies saved before it: no key)
+        # (policies saved before either flag: no key)
+        return {**d, **({"pass_hold": True} if self.pass_hold else {}), **({"pass_only": True} if self.pass_only else {})}
 
     @staticmethod
     def from_dict(d: Mapping) -> "ActionConfig":
         # policies saved before the anchor existed moved from the current plan
-        pass_hold = d.get("pass_hold", False)
-        if not isinstance(pass_hold, bool):
-            raise ValueError(f"action config: pass_hold={pass_hold!r} (expected true or false)")
+        flags = {k: d.get(k, False) for k in ("pass_hold", "pass_only")}
+        for k, v in flags.items():
+            if not isinstance(v, bool):
+                raise ValueError(f"action config: {k}={v!r} (expected true or false)")
         return ActionConfig(int(d.get("n_levels", 5)), float(d.get("step_frac", 0.125)),
                             tuple(d.get("global_scales", (0.8, 1.0, 1.25))), str(d.get("anchor", "current")),
-                            pass_hold)
+                            **flags)
 
 
 def global_action_feature(index: int, config: ActionConfig) -> float:
