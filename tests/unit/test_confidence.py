@@ -223,10 +223,11 @@ def test_only_a_pass_hold_policys_global_departure_passes_the_hold():
     with pytest.raises(ValueError, match="pass_hold='yes'"):
         ActionConfig.from_dict({"pass_hold": "yes"})
     st = _state([32, 32], [0.03, 0.03], stable=False, rel=0.6)
-    ctl = PPOController(_bounds(2), 32, warmup=0)
+    # the default of sessions 44-51, saved without the flag
+    ctl = PPOController(_bounds(2), 32, warmup=0, policy="dynamix_hvd/agent/policies/default_s44.zip")
     ctl.act = lambda obs: (np.zeros(2, dtype=np.int64) + ctl.action_config.k, ctl.action_config.noop_global + 1)
     ctl.decide(st)
-    assert ctl.passes_hold is False                          # the shipped default keeps the hold
+    assert ctl.passes_hold is False                          # a policy saved without pass_hold keeps the hold
     ctl.action_config = ActionConfig(**{**ctl.action_config.__dict__, "pass_hold": True})
     ctl.decide(st)
     assert ctl.passes_hold is True
