@@ -30,7 +30,10 @@ one direction, departures that way are refused for a back-off that doubles at ev
 transitions must be the actions the policy sampled). No departure is taken in the first ``warmup``
 decisions of a job either (default: the goodput model's history, 16 decisions; ``warmup=0`` turns it
 off): on workloads made of two measured halves, a growth in the first 16 decisions that goodput then
-kept cost up to 5% (session 42).
+kept cost up to 5% (session 42). Both guards act on a global action's direction (its scale above or below
+1); the pass action of a ``pass_hold`` policy has a scale of 1, so they hold it only with ``guard_pass=True``,
+which counts it as growth or shrinkage by the sign of goodput's unheld batch against its held one (off by
+default: on the shipped cells it gives up the default's early passes, 0.977x goodput against 0.969x, session 53).
 
 Each decision also says, in one word, what became of the policy's own choice (``last_outcome``,
 the decision log's ``policy`` field; ``POLICY_OUTCOMES``): ``outside_support`` (the observation was
@@ -69,7 +72,7 @@ class PPOController(Controller):
                  finetune_lr: float = 1e-4, finetune_epochs: int = 4, finetune_seed: int | None = None,
                  reference_goodput_fn: Callable[[ClusterState], float] | None = None, trust: float = 0.0,
                  members: Sequence[str | os.PathLike] = (), ensemble: str = "consensus", support: bool = True,
-                 margin: float = 0.0, refute: int = 2, warmup: int | None = None) -> None:
+                 margin: float = 0.0, refute: int = 2, warmup: int | None = None, guard_pass: bool = False) -> None:
         super().__init__(bounds, base_batch)
         from dynamix_hvd.controllers.policy.ensemble import RULES
         if ensemble not in RULES:
@@ -92,6 +95,11 @@ class PPOController(Controller):
         # departures goodput undoes once it has measured them are not repeated (controllers/policy/refute.py);
         # off while fine-tuning: the fine-tuner learns from the actions it sampled, which must be the ones taken
         self.refute = RefutedDepartures(limit=0 if finetune else refute)
+        if not isinstance(guard_pass, bool):
+            raise ValueError(f"guard_pass={guard_pass!r}: True or False")
+        # the pass action (goodput's batch with the hold passed) counted as a departure by the warm-up and
+        # the refute guard: upward or downward as goodput's unheld batch lies from its held one (_direction_of)
+        self.guard_pass = guard_pass
         if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0):
             raise ValueError(f"warmup={warmup!r}: an integer >= 0 (0: off; None: the goodput model's history)")
         from dynamix_hvd.controllers.policy.actions import ActionConfig
@@ -307,7 +315,7 @@ class PPOController(Controller):
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.action_config)
         self.last_scale = self.action_config.scale(gidx)
-        self.refute.record(_direction(self.last_scale))
+        self.refute.record(self._direction_of(gidx))
         return [float(x) for x in proposed]
 
     def _departs(self, levels: np.ndarray, gidx: int) -> bool:
@@ -329,13 +337,26 @@ class PPOController(Controller):
         if not hasattr(self.anchor, "goodput"):
             return gidx, None
         scale = self.action_config.scale(gidx)
-        if self.refute.allow(_direction(scale)):
+        if self.refute.allow(self._direction_of(gidx)):
             return gidx, None
+        what = "the pass" if gidx == self.action_config.pass_global else f"global scale {scale:g}"
         if self.refute.t <= self.refute.warmup:
-            return (self.action_config.noop_global, f"global scale {scale:g} refused: decision {self.refute.t} of "
+            return (self.action_config.noop_global, f"{what} refused: decision {self.refute.t} of "
                     f"the first {self.refute.warmup}, where goodput's plan is taken")
         return (self.action_config.noop_global,
-                f"global scale {scale:g} refused: goodput undid the last {self.refute.limit} departures that way")
+                f"{what} refused: goodput undid the last {self.refute.limit} departures that way")
+
+    def _direction_of(self, gidx: int) -> int:
+        """The way global action ``gidx`` departs from goodput's batch, for the warm-up and the refute
+        guard: the sign of its scale (``_direction``); with ``guard_pass``, for the pass action, the sign
+        of goodput's unheld batch against its held one, 0 within the guard's tolerance (a pass where
+        the hold does not bind is goodput's own plan)."""
+        if not (self.guard_pass and gidx == self.action_config.pass_global and hasattr(self.anchor, "goodput")):
+            return _direction(self.action_config.scale(gidx))
+        held = self.anchor.B
+        if held is None or not (math.isfinite(held) and held > 0):
+            return 0
+        return _direction(self.anchor.global_batch(held, passed=True) / held, self.refute.tolerance)
 
     def _within_trust(self, gidx: int) -> tuple[int, str | None]:
         """The policy's global scale, or the no-op when ``trust`` is on and the goodput model
@@ -457,6 +478,6 @@ def _outcome(chosen: bool, outside: bool, trust_note: str | None, refute_note: s
     return "held"
 
 
-def _direction(scale: float) -> int:
-    """+1 for a global scale above the no-op's 1.0, -1 below, 0 for the no-op."""
-    return 1 if scale > 1.0 else -1 if scale < 1.0 else 0
+def _direction(scale: float, tolerance: float = 0.0) -> int:
+    """+1 for a global scale above the no-op's 1.0 by more than ``tolerance``, -1 below, 0 otherwise."""
+    return 1 if scale > 1.0 + tolerance else -1 if scale < 1.0 - tolerance else 0

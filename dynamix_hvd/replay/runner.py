@@ -162,6 +162,11 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
             if key == "ensemble":
                 kwargs["ensemble"] = value
                 continue
+            if key == "passguard":      # passguard=on: the warm-up and refute guard hold the pass action too
+                if value not in ("on", "off"):
+                    raise ValueError(f"controller {name!r}: passguard={value!r} (expected on or off)")
+                kwargs["guard_pass"] = value == "on"
+                continue
             if key == "support":        # support=off: ignore the policy's recorded training support
                 if value not in ("on", "off"):
                     raise ValueError(f"controller {name!r}: support={value!r} (expected on or off)")
@@ -174,7 +179,7 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
                 continue
             if key not in ("trust", "margin"):
                 raise ValueError(f"controller {name!r}: unknown option {key!r} "
-                                 "(known: trust, margin, ensemble, support, refute, warmup)")
+                                 "(known: trust, margin, ensemble, support, refute, warmup, passguard)")
             try:
                 kwargs[key] = float(value)
             except ValueError:

@@ -220,3 +220,30 @@ def test_each_decision_says_what_became_of_the_policys_choice(tmp_path):
     nowhere = write_support(PREVIOUS_DEFAULT, Support(cols, np.full(len(cols), 5.0), np.full(len(cols), 5.0)),
                             tmp_path / "nowhere.zip")
     assert set(outcomes(f"ppo:{nowhere}?warmup=0")) == {"outside_support"}
+
+
+def test_with_passguard_the_warmup_holds_the_pass_action_too():
+    """The default's pass action (goodput's batch with the noise-scale hold passed) is a scale of 1, so
+    the warm-up, which acts on a global action's direction, never held it (ncf, N = 8, seed 5: the
+    default grows to 1.5x goodput's batch at its first decision). With ``passguard=on`` the pass counts
+    as growth where goodput's unheld batch is above its held one: the first six plans are goodput's and
+    the log says the pass was refused; after the warm-up the pass is taken as before."""
+    from dynamix_hvd.controllers.ppo import PPOController
+    from dynamix_hvd.plan import PlanBounds
+    from dynamix_hvd.replay.worlds import WorldSpec, build_sim
+    default = "dynamix_hvd/agent/policies/default.zip"
+    sim = build_sim(WorldSpec("ncf", 8, "none", 5))
+    plain, free, held = (_plans(sim, name, 5, 8) for name in (
+        "goodput", f"ppo:{default}?warmup=6", f"ppo:{default}?warmup=6&passguard=on"))
+    assert free[0] != plain[0] and sum(free[0]) > sum(plain[0])     # the pass, unheld by the warm-up
+    assert held[:6] == plain[:6]
+    _, reasons = _time(sim, f"ppo:{default}?warmup=6&passguard=on", 5)
+    assert any("the pass refused: decision 1 of the first 6" in r for r in reasons[:1])
+    _, free_reasons = _time(sim, f"ppo:{default}?warmup=6", 5)
+    assert not any("refused: decision" in r for r in free_reasons[:6])
+    bounds = PlanBounds(max_batch=[256] * 4)
+    assert PPOController(bounds, 32).guard_pass is False
+    with pytest.raises(ValueError, match="guard_pass=1"):
+        PPOController(bounds, 32, guard_pass=1)
+    with pytest.raises(ValueError, match="passguard='yes'"):
+        _time(sim, f"ppo:{default}?passguard=yes", 5)
