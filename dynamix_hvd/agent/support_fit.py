@@ -55,10 +55,11 @@ def training_world_specs(cfg: dict[str, Any], worlds: int, large_worlds: int = 0
 
 def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
                        max_decisions: int = 2000, radius_quantile: float = RADIUS_QUANTILE,
-                       large_worlds: int = 0) -> Support:
+                       large_worlds: int = 0, near: bool = True) -> Support:
     """The support of the observations policy ``path`` acts on in ``worlds`` of its training worlds,
     and in ``large_worlds`` more whose N is drawn from the upper half (in log) of its training range
-    (N log-uniform over the whole range rarely draws the largest worlds it was trained on)."""
+    (N log-uniform over the whole range rarely draws the largest worlds it was trained on).
+    ``near=False``: the box alone, without the nearest-neighbour test on the global features."""
     from dynamix_hvd.controllers.policy.io import load_policy
     from dynamix_hvd.controllers.ppo import PPOController
     from dynamix_hvd.replay.runner import run_controller
@@ -81,7 +82,7 @@ def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,
             return act(o)
         ctl.act = recording_act          # type: ignore[method-assign]
         run_controller(sim, "ppo", spec.seed, max_decisions, controller=ctl)
-    return fit(obs, observation_columns(cfg), global_columns(), seed, radius_quantile=radius_quantile)
+    return fit(obs, observation_columns(cfg), global_columns() if near else (), seed, radius_quantile=radius_quantile)
 
 
 def write_support(src: str | os.PathLike, support: Support, out: str | os.PathLike) -> Path:
@@ -118,17 +119,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="more worlds with N from the upper half (in log) of the training range")
     p.add_argument("--radius-quantile", type=float, default=RADIUS_QUANTILE,
                    help="the radius: this quantile of the decisions' nearest-neighbour distances")
+    p.add_argument("--box-only", action="store_true",
+                   help="record the box of every observation column alone, without the nearest-neighbour "
+                        "test on the global features (the shipped default's support since session 53)")
 
 
 def run(args: argparse.Namespace) -> int:
     from dynamix_hvd.controllers.policy.io import PolicyLoadError
     try:
         sup = fit_policy_support(args.policy, args.worlds, args.seed, args.max_decisions, args.radius_quantile,
-                                 args.large_worlds)
+                                 args.large_worlds, near=not args.box_only)
     except (ValueError, OSError, PolicyLoadError) as exc:
         print(f"dynamix policy-support: {exc}")
         return 2
     write_support(args.policy, sup, args.out)
     extra = f" (+ {args.large_worlds} with N in the upper half of its range)" if args.large_worlds else ""
+    extra += ", the box alone" if args.box_only else ""
     print(f"support of {args.policy} over {sup.rows} observations in {args.worlds} worlds{extra} -> {args.out}")
     return 0

@@ -120,6 +120,26 @@ def test_policy_support_command_records_the_training_support(tmp_path, capsys):
     assert "missing.zip" in capsys.readouterr().out
 
 
+def test_policy_support_box_only_records_the_same_box_without_the_nearest_neighbour_test(tmp_path, capsys):
+    """``--box-only`` (the default's support since session 53): the same rollouts, the same box, no
+    nearest-neighbour test; an observation whose global features are far from every decision seen but
+    inside the box is inside it."""
+    from dynamix_hvd.cli import main
+    from dynamix_hvd.controllers.policy.io import load_policy
+    full, box = tmp_path / "full.zip", tmp_path / "box.zip"
+    args = [H20, "--worlds", "2", "--max-decisions", "30"]
+    assert main(["policy-support", *args, "--out", str(full)]) == 0
+    assert main(["policy-support", *args, "--box-only", "--out", str(box)]) == 0
+    assert "the box alone" in capsys.readouterr().out
+    f, b = (Support.from_dict(load_policy(x)[1]["support"]) for x in (full, box))
+    assert b.near_columns == () and b.radius == math.inf and len(f.near_columns) >= 2
+    assert np.array_equal(f.lo, b.lo) and np.array_equal(f.hi, b.hi) and f.rows == b.rows
+    far = np.tile((f.lo + f.hi) / 2, (2, 1))
+    far[0, list(f.near_columns)] = f.lo[list(f.near_columns)]      # a corner of the box, far from the decisions
+    far[0, f.near_columns[0]] = f.hi[f.near_columns[0]]
+    assert [o[0] for o in f.outside(far)] == ["global features"] and b.outside(far) == []
+
+
 def test_the_shipped_default_is_its_policy_with_the_support_the_command_records(tmp_path):
     """default.json's recipe: ``policy-support pass_only_s1.zip --worlds 24 --large-worlds 24`` writes
     default.zip byte for byte (imitate_h20.zip until session 51). The rollouts run the policy as it was trained, without the guard and the
