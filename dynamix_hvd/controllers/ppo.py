@@ -66,6 +66,7 @@ POLICY_OUTCOMES = ("outside_support", "noop", "warmup", "refuted", "trust", "hel
 class PPOController(Controller):
     name = "ppo"
     guarded = True
+    guard_pass = False      # the warm-up and refute guard hold the pass action too (``__init__``'s guard_pass)
 
     def __init__(self, bounds: PlanBounds, base_batch: int, policy: str | os.PathLike | None = None,
                  deterministic: bool = True, seed: int = 0, finetune: bool = False, finetune_steps: int = 32,

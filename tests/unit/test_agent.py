@@ -210,7 +210,8 @@ def test_shipped_default_policy_loads_and_acts_only_inside_its_training_support(
     assert DEFAULT_POLICY.is_file(), f"the shipped policy {DEFAULT_POLICY} is package data"
     ctl = make_controller("ppo", PlanBounds(max_batch=(256,) * 4), 32)
     assert len(ctl.decide(_state(4, np.random.default_rng(0)))) == 4
-    # since session 35 the default is a policy with its recorded training support (default.json; pass_only_s1 since 52)
+    # since session 35 the default is a policy with its recorded training support (default.json; pass_only_s1 since 52,
+    # its box alone since 53)
     assert ctl.supports[0] is not None and ctl.supports[0].columns
 
 

@@ -141,13 +141,13 @@ def test_policy_support_box_only_records_the_same_box_without_the_nearest_neighb
 
 
 def test_the_shipped_default_is_its_policy_with_the_support_the_command_records(tmp_path):
-    """default.json's recipe: ``policy-support pass_only_s1.zip --worlds 24 --large-worlds 24`` writes
-    default.zip byte for byte (imitate_h20.zip until session 51). The rollouts run the policy as it was trained, without the guard and the
+    """default.json's recipe: ``policy-support pass_only_s1.zip --worlds 24 --large-worlds 24 --box-only`` writes
+    default.zip byte for byte (without ``--box-only`` until session 52, imitate_h20.zip until session 51). The rollouts run the policy as it was trained, without the guard and the
     warm-up that the controller adds on top (with them, from session 40 to 43, the command recorded
     another support than the shipped one)."""
     from dynamix_hvd.cli import main
     out = tmp_path / "default.zip"
-    assert main(["policy-support", PASS_ONLY, "--worlds", "24", "--large-worlds", "24", "--out", str(out)]) == 0
+    assert main(["policy-support", PASS_ONLY, "--worlds", "24", "--large-worlds", "24", "--box-only", "--out", str(out)]) == 0
     assert out.read_bytes() == (Path(PASS_ONLY).parent / "default.zip").read_bytes()
 
 
