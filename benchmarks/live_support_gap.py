@@ -11,7 +11,8 @@ prints how many decisions are outside and why (the first feature named, as the l
 for the decisions whose global vector is further than the radius from every training decision, how
 the squared distance to the nearest one splits over the global columns, with each column's live
 median beside its training range. That says which of the replay world's features the live job does
-not resemble.
+not resemble. For a support that records the box alone (``policy-support --box-only``, the default's
+since session 53) the table lists the global columns with their box as the training range.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def gap(run: Path, policy: str | None) -> dict:
     sup = ctl.supports[0]
     if sup is None:
         raise SystemExit(f"{policy or 'the default policy'}: no training support recorded")
-    near = list(sup.near_columns)
+    from dynamix_hvd.agent.support_fit import global_columns
+    near = list(sup.near_columns) or [j for j in global_columns() if j < len(sup.columns)]
     names = [sup.columns[j] for j in near]
     reasons: Counter[str] = Counter()
     shares, live = [], []
@@ -55,11 +57,14 @@ def gap(run: Path, policy: str | None) -> dict:
             k = int(np.argmin(np.einsum("ij,ij->i", diff, diff)))
             d2 = diff[k] ** 2
             shares.append(d2 / d2.sum())
-    pts = sup.points * sup.scale
+    if sup.near_columns:
+        pts = sup.points * sup.scale
+        lo, hi, med = pts.min(axis=0), pts.max(axis=0), np.median(pts, axis=0)
+    else:                                   # the box alone: its range, no recorded decisions
+        lo, hi, med = sup.lo[near], sup.hi[near], np.full(len(near), np.nan)
     return {"run": str(run), "decisions": n, "outside": sum(reasons.values()), "reasons": reasons,
             "names": names, "share": np.mean(shares, axis=0) if shares else None, "nn_outside": len(shares),
-            "live_median": np.median(np.array(live), axis=0), "train_lo": pts.min(axis=0), "train_hi": pts.max(axis=0),
-            "train_median": np.median(pts, axis=0)}
+            "live_median": np.median(np.array(live), axis=0), "train_lo": lo, "train_hi": hi, "train_median": med}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'global column':<22} {'share of d^2':>12} {'live median':>12} {'train median':>12} {'train range':>20}")
         for j, name in enumerate(g["names"]):
             share = f"{g['share'][j]:.2f}" if g["share"] is not None else "-"
-            print(f"  {name:<22} {share:>12} {g['live_median'][j]:>12.3f} {g['train_median'][j]:>12.3f} "
+            tmed = "-" if np.isnan(g["train_median"][j]) else f"{g['train_median'][j]:.3f}"
+            print(f"  {name:<22} {share:>12} {g['live_median'][j]:>12.3f} {tmed:>12} "
                   f"{'[' + format(g['train_lo'][j], '.3f') + ', ' + format(g['train_hi'][j], '.3f') + ']':>20}")
     print(f"all runs: {', '.join(f'{k} {v}' for k, v in total.most_common())}")
     return 0
