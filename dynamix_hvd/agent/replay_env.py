@@ -111,7 +111,6 @@ class EnvController(PPOController):
         self.target_B, self.last_levels, self.last_global, self.last_scale = None, None, 0.0, 1.0
         self.trust = 0.0      # (the env trains the policy itself; a trust region is a deployment choice)
         self.refute = RefutedDepartures(limit=0)     # (and so is the refuted-departure guard: off)
-        self.guard_pass = False
         self.members, self.supports, self.last_outside = [], [None], []     # (one policy, no support yet)
         self.pending: tuple[np.ndarray, int] | None = None
 

@@ -33,7 +33,8 @@ off): on workloads made of two measured halves, a growth in the first 16 decisio
 kept cost up to 5% (session 42). Both guards act on a global action's direction (its scale above or below
 1); the pass action of a ``pass_hold`` policy has a scale of 1, so they hold it only with ``guard_pass=True``,
 which counts it as growth or shrinkage by the sign of goodput's unheld batch against its held one (off by
-default: on the shipped cells it gives up the default's early passes, 0.977x goodput against 0.969x, session 53).
+default: on the shipped cells it gives up the session-52 default's early passes, 0.977x goodput against 0.969x,
+session 53).
 
 Each decision also says, in one word, what became of the policy's own choice (``last_outcome``,
 the decision log's ``policy`` field; ``POLICY_OUTCOMES``): ``outside_support`` (the observation was
@@ -295,7 +296,7 @@ class PPOController(Controller):
         levels, gidx = self.act(obs) if self.finetuner is None else self._act_finetune(state, obs)
         chosen = self._departs(levels, gidx)
         gidx, trust_note = self._within_trust(gidx)
-        gidx, refute_note = self._not_refuted(gidx)
+        gidx, refute_note, direction = self._not_refuted(gidx)
         # a global departure of a policy trained to pass the noise-scale hold is not held by it (decide_plan)
         self.passes_hold = self.action_config.passes_hold(gidx)
         ev = getattr(self.anchor, "evidence", None)
@@ -316,7 +317,7 @@ class PPOController(Controller):
         self.last_levels = levels
         self.last_global = global_action_feature(gidx, self.action_config)
         self.last_scale = self.action_config.scale(gidx)
-        self.refute.record(self._direction_of(gidx))
+        self.refute.record(direction)
         return [float(x) for x in proposed]
 
     def _departs(self, levels: np.ndarray, gidx: int) -> bool:
@@ -332,20 +333,22 @@ class PPOController(Controller):
         return (f"policy answered the no-op: observation outside its training support, {name} {v:.3g} not in "
                 f"[{lo:.3g}, {hi:.3g}]{more}")
 
-    def _not_refuted(self, gidx: int) -> tuple[int, str | None]:
+    def _not_refuted(self, gidx: int) -> tuple[int, str | None, int]:
         """The policy's global scale, or the no-op when departures that way were refuted by goodput
-        (``RefutedDepartures``: goodput undid ``refute`` of them in a row once it had measured them)."""
-        if not hasattr(self.anchor, "goodput"):
-            return gidx, None
+        (``RefutedDepartures``: goodput undid ``refute`` of them in a row once it had measured them);
+        and the direction of the action taken (``_direction_of``, 0 for the no-op), for the guard's record."""
         scale = self.action_config.scale(gidx)
-        if self.refute.allow(self._direction_of(gidx)):
-            return gidx, None
+        if not hasattr(self.anchor, "goodput"):
+            return gidx, None, _direction(scale)
+        direction = self._direction_of(gidx)
+        if self.refute.allow(direction):
+            return gidx, None, direction
         what = "the pass" if gidx == self.action_config.pass_global else f"global scale {scale:g}"
         if self.refute.t <= self.refute.warmup:
             return (self.action_config.noop_global, f"{what} refused: decision {self.refute.t} of "
-                    f"the first {self.refute.warmup}, where goodput's plan is taken")
+                    f"the first {self.refute.warmup}, where goodput's plan is taken", 0)
         return (self.action_config.noop_global,
-                f"{what} refused: goodput undid the last {self.refute.limit} departures that way")
+                f"{what} refused: goodput undid the last {self.refute.limit} departures that way", 0)
 
     def _direction_of(self, gidx: int) -> int:
         """The way global action ``gidx`` departs from goodput's batch, for the warm-up and the refute
