@@ -3,7 +3,8 @@ change to it): per cell (workload x trace x N) the median time to target over th
 the ratio B / A, and the geometric mean of the ratios per workload and overall (a miss counts as
 infinitely slow, as in eval-replay), with the paired bootstrap interval of B / A
 (``replay.paired.ratio_interval``: a seed's world is the same for both controllers when the two caches come from
-the same cells) and the cells whose interval lies above 1.03.
+the same cells), the cells whose interval lies above 1.03, and the paired bootstrap interval of the
+overall geometric mean (``replay.paired.geomean_interval``: is an ablation measurably slower?).
 
     .venv/bin/python benchmarks/compare_eval_caches.py runs/s29/eval_cache.json runs/s31/eval_cache.json \\
         --controller goodput [--controller-b ppo#HASH]
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamix_hvd.replay.paired import NOT_ABOVE, ratio_interval
+from dynamix_hvd.replay.paired import NOT_ABOVE, geomean_interval, ratio_interval
 
 
 def _cells(cache: dict, label: str) -> dict[tuple[str, str, str], dict[int, float]]:
@@ -43,6 +44,7 @@ def main(argv=None) -> int:
     per_wl: dict[str, list[float]] = defaultdict(list)
     per_n: dict[tuple[int, bool], list[float]] = defaultdict(list)
     above = 0
+    pairs = []
     for cell in sorted(set(A) & set(B)):
         seeds = sorted(set(A[cell]) & set(B[cell]))
         if not seeds:
@@ -50,7 +52,8 @@ def main(argv=None) -> int:
         ma = float(np.median([A[cell][s] for s in seeds]))
         mb = float(np.median([B[cell][s] for s in seeds]))
         r = mb / ma if math.isfinite(ma) and ma > 0 else math.nan
-        lo, hi = ratio_interval([B[cell][s] for s in seeds], [A[cell][s] for s in seeds])
+        pairs.append(([B[cell][s] for s in seeds], [A[cell][s] for s in seeds]))
+        lo, hi = ratio_interval(*pairs[-1])
         above += lo > NOT_ABOVE
         per_wl[cell[0]].append(r)
         per_n[(int(cell[2]), cell[1] != "none")].append(r)
@@ -69,6 +72,8 @@ def main(argv=None) -> int:
             print(f"  N={n:3d}  " + "  ".join(parts))
     print(f"overall {math.exp(np.mean(np.log(allr))):.3f} over {len(allr)} cells; max cell {max(allr):.3f}, min {min(allr):.3f}; "
           f"{above} cells whose 90% interval is above {NOT_ABOVE}")
+    glo, ghi = geomean_interval(pairs)
+    print(f"overall B/A 90% paired bootstrap interval [{glo:.3f}, {ghi:.3f}] (each cell's seeds resampled as pairs)")
     return 0
 
 
