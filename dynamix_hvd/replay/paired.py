@@ -24,6 +24,15 @@ def _times(xs: Sequence[float | None]) -> np.ndarray:
     return np.array([math.inf if x is None else float(x) for x in xs])
 
 
+def _resampled_ratios(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """median(a) / median(b) over ``resamples`` draws of the seeds with replacement, as pairs (the
+    same indices for both); both infinite on a draw (both missed) counts as a tie, 1."""
+    idx = rng.integers(0, a.size, size=(int(resamples), a.size))
+    with np.errstate(invalid="ignore"):
+        r = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    return np.where(np.isnan(r), 1.0, r)
+
+
 def ratio_interval(policy: Sequence[float | None], goodput: Sequence[float | None], level: float = INTERVAL,
                    resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
     """The paired bootstrap interval of median(policy) / median(goodput) over seeds: the seeds
@@ -35,10 +44,7 @@ def ratio_interval(policy: Sequence[float | None], goodput: Sequence[float | Non
         raise ValueError(f"ratio_interval: {a.size} policy and {b.size} goodput times (one per seed, same seeds)")
     if not 0.0 < level < 1.0:
         raise ValueError(f"ratio_interval: level={level!r} must be in (0, 1)")
-    idx = np.random.default_rng(seed).integers(0, a.size, size=(int(resamples), a.size))
-    with np.errstate(invalid="ignore"):
-        r = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
-    r = np.where(np.isnan(r), 1.0, r)
+    r = _resampled_ratios(a, b, np.random.default_rng(seed), resamples)
     lo, hi = np.quantile(r, [(1.0 - level) / 2.0, (1.0 + level) / 2.0], method="nearest")   # (inf - inf: no interpolation)
     return float(lo), float(hi)
 
@@ -60,9 +66,7 @@ def geomean_interval(cells: Sequence[tuple[Sequence[float | None], Sequence[floa
         a, b = _times(pa), _times(pb)
         if a.shape != b.shape or a.size == 0:
             raise ValueError(f"geomean_interval: cell {i} has {a.size} and {b.size} times (one per seed, same seeds)")
-        idx = rng.integers(0, a.size, size=(int(resamples), a.size))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
-            logs += np.log(np.where(np.isnan(r), 1.0, r))
+        with np.errstate(divide="ignore"):
+            logs += np.log(_resampled_ratios(a, b, rng, resamples))
     lo, hi = np.quantile(np.exp(logs / len(cells)), [(1.0 - level) / 2.0, (1.0 + level) / 2.0], method="nearest")
     return float(lo), float(hi)
