@@ -1,0 +1,18 @@
+#!/bin/bash
+# session 54: the recipe with every feature group the issue names (network + statistical + history 8), seeds 0 and 1
+cd /work/main
+export PYTHONPATH=/work/main
+for s in 0 1; do
+  ( .venv/bin/python -m dynamix_hvd.cli train-policy --world replay --method imitate --disable system --history 8 \
+      --dagger-iters 3 --worlds-per-iter 20 --epochs 20 --seed $s --horizon 20 --threads 1 --pass-hold --balance worlds \
+      --pass-action --pass-only --out runs/s54/all_s$s.zip > runs/s54/all_s$s.log 2>&1
+    .venv/bin/python -m dynamix_hvd.cli policy-support runs/s54/all_s$s.zip --worlds 24 --large-worlds 24 --box-only --out runs/s54/all_s${s}_box.zip >> runs/s54/all_s$s.log 2>&1
+    echo "all_s$s done $(date)" >> runs/s54/abl_queue.log ) &
+done
+wait
+.venv/bin/python -m dynamix_hvd.cli eval-replay --seeds 20 --seed-offset 5 --jobs 1 --cache runs/s54/eval_cache.json \
+    --traces none,job_3_norm,cov:coefficient_variation --workers 8,32 \
+    --policy=full0=runs/s53/po_s0_box.zip --policy=full1=dynamix_hvd/agent/policies/default.zip \
+    --policy=all0=runs/s54/all_s0_box.zip --policy=all1=runs/s54/all_s1_box.zip \
+    --out runs/s54/eval_all.json > runs/s54/eval_all.txt 2>&1
+echo "eval all done $(date)" >> runs/s54/abl_queue.log
