@@ -86,23 +86,43 @@ class ObsConfig:
 
     disabled_groups: frozenset[str] = field(default_factory=frozenset)
     n_action_levels: int = 5      # per-worker actions -k..+k, k = n_action_levels // 2
+    # single features kept although their group is disabled (e.g. the job's mean_comm_frac without the
+    # per-worker network columns; docs/policy.md, session 55)
+    enabled_features: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "disabled_groups", frozenset(self.disabled_groups))
+        object.__setattr__(self, "enabled_features", frozenset(self.enabled_features))
         unknown = set(self.disabled_groups) - set(GROUPS)
         if unknown:
             raise ObservationError(f"disabled_groups has unknown groups {sorted(unknown)}; known: {list(GROUPS)}")
+        unknown = set(self.enabled_features) - set(FEATURE_NAMES)
+        if unknown:
+            raise ObservationError(f"enabled_features has unknown features {sorted(unknown)}; known: {list(FEATURE_NAMES)}")
+        idle = sorted(n for n in self.enabled_features if FEATURE_GROUPS[n] not in self.disabled_groups)
+        if idle:
+            raise ObservationError(f"enabled_features {idle}: their groups are not disabled, so enabling them does "
+                                   f"nothing (disabled groups: {sorted(self.disabled_groups)})")
 
     def column_mask(self) -> np.ndarray:
         """1.0 for enabled feature columns, 0.0 for disabled ones."""
-        return np.array([0.0 if FEATURE_GROUPS[n] in self.disabled_groups else 1.0 for n in FEATURE_NAMES])
+        return np.array([0.0 if FEATURE_GROUPS[n] in self.disabled_groups and n not in self.enabled_features else 1.0
+                         for n in FEATURE_NAMES])
+
+    def with_levels(self, n_action_levels: int) -> "ObsConfig":
+        """The same columns with ``n_action_levels`` levels."""
+        return ObsConfig(self.disabled_groups, n_action_levels, self.enabled_features)
 
     def to_dict(self) -> dict:
-        return {"disabled_groups": sorted(self.disabled_groups), "n_action_levels": self.n_action_levels}
+        d: dict = {"disabled_groups": sorted(self.disabled_groups), "n_action_levels": self.n_action_levels}
+        if self.enabled_features:
+            d["enabled_features"] = sorted(self.enabled_features)
+        return d
 
     @staticmethod
     def from_dict(d: Mapping) -> "ObsConfig":
-        return ObsConfig(frozenset(d.get("disabled_groups", ())), int(d.get("n_action_levels", 5)))
+        return ObsConfig(frozenset(d.get("disabled_groups", ())), int(d.get("n_action_levels", 5)),
+                         frozenset(d.get("enabled_features", ())))
 
 
 def raw_worker_matrix(state: ClusterState) -> np.ndarray:

@@ -36,7 +36,7 @@ class EnvConfig:
         if self.sim.n_workers[1] > self.n_max:
             raise ValueError(f"sim.n_workers={self.sim.n_workers} exceeds n_max={self.n_max}")
         if self.obs.n_action_levels != self.action.n_levels:
-            object.__setattr__(self, "obs", ObsConfig(self.obs.disabled_groups, self.action.n_levels))
+            object.__setattr__(self, "obs", self.obs.with_levels(self.action.n_levels))
 
     def to_dict(self) -> dict[str, Any]:
         return {"sim": self.sim.to_dict(), "obs": self.obs.to_dict(), "action": self.action.to_dict(),

@@ -72,7 +72,7 @@ class ReplayEnvConfig:
 
     def __post_init__(self) -> None:
         if self.obs.n_action_levels != self.action.n_levels:
-            object.__setattr__(self, "obs", ObsConfig(self.obs.disabled_groups, self.action.n_levels))
+            object.__setattr__(self, "obs", self.obs.with_levels(self.action.n_levels))
         if self.n_range[1] > self.n_max:
             raise ValueError(f"n_range={self.n_range} exceeds n_max={self.n_max}")
         if not (np.isfinite(self.loss_penalty) and self.loss_penalty >= 0):

@@ -39,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", default="any", choices=["any", "small", "large"], help="model-size family")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--disable", default="", help=f"comma list of feature groups to zero, from {list(GROUPS)}")
+    p.add_argument("--enable", default="", help="comma list of single features kept although their group is "
+                                                "disabled (e.g. mean_comm_frac with --disable network)")
     p.add_argument("--global-scales", default="0.8,1.0,1.25", help="global-batch multipliers ('1.0' = off)")
     p.add_argument("--anchor", default=ActionConfig().anchor, choices=ANCHORS,
                    help="what the action moves from: the goodput model's plan (default), the model-balanced "
@@ -111,7 +113,7 @@ def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
     scales = tuple(float(s) for s in args.global_scales.split(","))
     n_max = max(args.n_max, hi)
     return EnvConfig(sim=SimConfig(n_workers=(lo, hi), model_family=args.family),
-                     obs=ObsConfig(disabled), action=ActionConfig(global_scales=scales, anchor=args.anchor),
+                     obs=ObsConfig(disabled, enabled_features=frozenset(f for f in args.enable.split(",") if f)), action=ActionConfig(global_scales=scales, anchor=args.anchor),
                      reward=RewardWeights(), n_max=n_max)
 
 

@@ -79,6 +79,25 @@ def test_unknown_group_is_an_error():
         ObsConfig(frozenset({"bogus"}))
 
 
+def test_an_enabled_feature_survives_its_disabled_group():
+    cfg = ObsConfig(frozenset({"network", "system"}), enabled_features=frozenset({"mean_comm_frac"}))
+    obs = build_observation(_state(), config=cfg)
+    full = build_observation(_state())
+    j = FEATURE_NAMES.index("mean_comm_frac")
+    others = [i for i, n in enumerate(FEATURE_NAMES) if FEATURE_GROUPS[n] == "network" and i != j]
+    assert full[0, j] > 0 and np.all(obs[:, j] == full[:, j]) and np.all(obs[:, others] == 0.0)
+    back = ObsConfig.from_dict(cfg.to_dict())
+    assert back == cfg and back.with_levels(7).enabled_features == cfg.enabled_features
+    assert "enabled_features" not in ObsConfig(frozenset({"network"})).to_dict()   # old files unchanged
+
+
+@pytest.mark.parametrize("features, match", [({"bogus"}, "unknown features"),
+                                             ({"mean_comm_frac"}, "not disabled")])
+def test_enabled_features_are_checked(features, match):
+    with pytest.raises(ObservationError, match=match):
+        ObsConfig(frozenset({"statistical"}), enabled_features=frozenset(features))
+
+
 def test_bad_batch_sizes_raise():
     with pytest.raises(ObservationError):
         observation_from_arrays(np.zeros((2, 3)), noise_scale=1, loss_trend=0, grad_var_trend=0,
