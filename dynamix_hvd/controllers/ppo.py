@@ -127,10 +127,10 @@ class PPOController(Controller):
             raise PolicyLoadError(f"policy file {policy or default_policy_path()}: action config does not match "
                                   "the network's output sizes")
         self.deterministic = deterministic
-        if members and self.action_config.pass_global is not None:
+        if members and self.action_config.pass_global is not None and ensemble != "mean":
             raise PolicyLoadError(f"policy file {policy or default_policy_path()} has a pass action (a second global "
-                                  "scale 1.0): its global actions are not ordered, so they cannot be combined as "
-                                  "an ensemble; run it alone")
+                                  f"scale 1.0): its global actions are not ordered, so ensemble={ensemble!r} cannot "
+                                  "combine them; use ensemble='mean' or run it alone")
         loaded = [self._member(m, cfg) for m in members]       # (network, config) of each member
         self.members = [net for net, _ in loaded]
         # the training support of the policy and of each member (None: not recorded, or support=False)
@@ -240,6 +240,8 @@ class PPOController(Controller):
             with self.finetuner.lock:    # weights are swapped under this lock after an update
                 idx, gidx = self.net.act_rows(obs, deterministic=self.deterministic)
         else:
+            if self.ensemble == "mean" and self.members:
+                return self._act_mean(obs)
             acts = []
             self.last_outside = []
             for net, sup in zip([self.net] + self.members, self.supports):
@@ -257,6 +259,26 @@ class PPOController(Controller):
                 idx = combine_rows(np.stack([a[0] for a in acts]), self.action_config.k, self.ensemble)
                 gidx = combine([a[1] for a in acts], self.action_config.noop_global, self.ensemble)
         return np.asarray(idx).astype(np.float64) - self.action_config.k, int(gidx)
+
+    def _act_mean(self, obs: np.ndarray) -> tuple[np.ndarray, int]:
+        """The ensemble's action under the ``mean`` rule: each member's softmax, the no-op with
+        certainty for a member outside its training support, then the most probable mean action."""
+        from dynamix_hvd.controllers.policy.ensemble import mean_choice, softmax
+        k, noop = self.action_config.k, self.action_config.noop_global
+        rows, globs = [], []
+        self.last_outside = []
+        for net, sup in zip([self.net] + self.members, self.supports):
+            out = sup.outside(obs) if sup is not None else []
+            if out:
+                self.last_outside.extend(out)
+                rows.append(np.eye(self.action_config.n_levels)[np.full(obs.shape[0], k)])
+                globs.append(np.eye(len(self.action_config.global_scales))[noop])
+            else:
+                row, glob = net.actor_logits_numpy(obs)
+                rows.append(softmax(row))
+                globs.append(softmax(glob))
+        idx, gidx = mean_choice(rows), int(mean_choice(globs))
+        return np.asarray(idx).astype(np.float64) - k, gidx
 
     def _outside_own_support(self, obs: np.ndarray) -> bool:
         """Whether ``obs`` is outside the (fine-tuned) policy's recorded training support; the

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamix_hvd.controllers.policy.ensemble import combine, combine_rows
+from dynamix_hvd.controllers.policy.ensemble import combine, combine_rows, mean_choice, softmax
 from dynamix_hvd.controllers.policy.support import Support, fit
 
 H20 = "dynamix_hvd/agent/policies/imitate_h20.zip"
@@ -28,6 +28,12 @@ def test_ensemble_rules():
     assert combine_rows(rows, 2).tolist() == [3, 1, 2]
     with pytest.raises(ValueError, match="ensemble rule 'mean'"):
         combine([1, 2], 2, "mean")
+    # mean: the largest mean probability, which need not be any member's own choice
+    assert int(mean_choice([np.array([0.6, 0.4, 0.0]), np.array([0.0, 0.45, 0.55])])) == 1
+    assert mean_choice([np.array([[0.2, 0.8], [0.9, 0.1]])] * 3).tolist() == [1, 0]
+    assert np.allclose(softmax(np.array([0.0, math.log(3.0)])), [0.25, 0.75])
+    with pytest.raises(ValueError, match="no member"):
+        mean_choice([])
 
 
 def _line_support() -> Support:
@@ -35,6 +41,16 @@ def _line_support() -> Support:
     t = np.linspace(0.0, 1.0, 200)
     obs = [np.array([[0.0, x, x]]) for x in t]
     return fit(obs, ("local", "g1", "g2"), global_columns=(1, 2))
+
+
+def test_a_mean_ensemble_of_a_pass_policy_with_itself_acts_as_the_policy():
+    from dynamix_hvd.replay.worlds import WorldSpec
+    spec = WorldSpec("ncf", 8, "none", 5)               # a world where the pass-only policy passes the hold
+    t_pol, one, _ = _episode(spec, f"ppo:{PASS_ONLY}?warmup=0&support=off")
+    t_ens, ens, _ = _episode(spec, f"ppo:{PASS_ONLY}+{PASS_ONLY}?ensemble=mean&warmup=0&support=off")
+    assert len(ens.members) == 1 and ens.ensemble == "mean" and t_ens == pytest.approx(t_pol, rel=1e-12)
+    t_goodput, _, _ = _episode(spec, "goodput")
+    assert t_pol < 0.97 * t_goodput                    # the policy departs here, so the equality says something
 
 
 def test_support_box_and_the_decisions_seen():
@@ -86,8 +102,9 @@ def test_ensemble_and_support_in_the_controller(tmp_path):
     sim = build_sim(spec)
     with pytest.raises(PolicyLoadError, match=f"policy file {RESIDUAL}: its 'obs' config"):
         build_controller(f"ppo:{H20}+{RESIDUAL}", sim, 0)
-    with pytest.raises(ValueError, match="ensemble='mean'"):
-        build_controller(f"ppo:{H20}+{H20}?ensemble=mean", sim, 0)
+    # a policy with a pass action combines only under the mean rule (its global actions are not ordered)
+    with pytest.raises(PolicyLoadError, match="use ensemble='mean'"):
+        build_controller(f"ppo:{PASS_ONLY}+{PASS_ONLY}?ensemble=median", sim, 0)
     # a support no observation is inside: every decision is the no-op, i.e. goodput's plan
     cfg = load_policy(H20)[1]
     cols = observation_columns(cfg)
