@@ -120,6 +120,12 @@ class ObsConfig:
         return d
 
     @staticmethod
+    def from_lists(disable: str, enable: str = "") -> "ObsConfig":
+        """From the command line's comma lists (``--disable`` groups, ``--enable`` single features)."""
+        return ObsConfig(frozenset(g for g in disable.split(",") if g),
+                         enabled_features=frozenset(f for f in enable.split(",") if f))
+
+    @staticmethod
     def from_dict(d: Mapping) -> "ObsConfig":
         return ObsConfig(frozenset(d.get("disabled_groups", ())), int(d.get("n_action_levels", 5)),
                          frozenset(d.get("enabled_features", ())))

@@ -46,8 +46,7 @@ def config_from_args(args) -> ReplayEnvConfig:
                            action=ActionConfig(global_scales=scales, anchor=args.anchor,
                                                 pass_hold=args.pass_hold,
                                                 pass_only=getattr(args, "pass_only", False)),
-                           obs=ObsConfig(frozenset(g for g in args.disable.split(",") if g),
-                                         enabled_features=frozenset(f for f in args.enable.split(",") if f)),
+                           obs=ObsConfig.from_lists(args.disable, args.enable),
                            history=int(args.history), n_max=max(args.n_max, hi),
                            loss_penalty=float(args.loss_penalty), gns_model=args.gns_model,
                            loss_noise=parse_loss_noise(args.loss_noise))

@@ -109,11 +109,11 @@ def _loss_noise_arg(text: str) -> str:
 
 def env_config_from_args(args: argparse.Namespace) -> EnvConfig:
     lo, hi = (int(x) for x in args.workers.split(","))
-    disabled = frozenset(g for g in args.disable.split(",") if g)
     scales = tuple(float(s) for s in args.global_scales.split(","))
     n_max = max(args.n_max, hi)
     return EnvConfig(sim=SimConfig(n_workers=(lo, hi), model_family=args.family),
-                     obs=ObsConfig(disabled, enabled_features=frozenset(f for f in args.enable.split(",") if f)), action=ActionConfig(global_scales=scales, anchor=args.anchor),
+                     obs=ObsConfig.from_lists(args.disable, args.enable),
+                     action=ActionConfig(global_scales=scales, anchor=args.anchor),
                      reward=RewardWeights(), n_max=n_max)
 
 

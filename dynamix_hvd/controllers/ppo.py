@@ -127,6 +127,9 @@ class PPOController(Controller):
             raise PolicyLoadError(f"policy file {policy or default_policy_path()}: action config does not match "
                                   "the network's output sizes")
         self.deterministic = deterministic
+        if members and ensemble == "mean" and self.margin != 0:
+            raise ValueError(f"margin={self.margin}: a margin compares one policy's logits; ensemble='mean' "
+                             "combines the members' probabilities (use margin=0)")
         if members and self.action_config.pass_global is not None and ensemble != "mean":
             raise PolicyLoadError(f"policy file {policy or default_policy_path()} has a pass action (a second global "
                                   f"scale 1.0): its global actions are not ordered, so ensemble={ensemble!r} cannot "

@@ -49,6 +49,8 @@ def test_a_mean_ensemble_of_a_pass_policy_with_itself_acts_as_the_policy():
     t_pol, one, _ = _episode(spec, f"ppo:{PASS_ONLY}?warmup=0&support=off")
     t_ens, ens, _ = _episode(spec, f"ppo:{PASS_ONLY}+{PASS_ONLY}?ensemble=mean&warmup=0&support=off")
     assert len(ens.members) == 1 and ens.ensemble == "mean" and t_ens == pytest.approx(t_pol, rel=1e-12)
+    with pytest.raises(ValueError, match="margin=0.5: a margin compares one policy's logits"):
+        _episode(spec, f"ppo:{PASS_ONLY}+{PASS_ONLY}?ensemble=mean&margin=0.5")
     t_goodput, _, _ = _episode(spec, "goodput")
     assert t_pol < 0.97 * t_goodput                    # the policy departs here, so the equality says something
 

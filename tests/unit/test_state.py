@@ -89,6 +89,8 @@ def test_an_enabled_feature_survives_its_disabled_group():
     back = ObsConfig.from_dict(cfg.to_dict())
     assert back == cfg and back.with_levels(7).enabled_features == cfg.enabled_features
     assert "enabled_features" not in ObsConfig(frozenset({"network"})).to_dict()   # old files unchanged
+    assert ObsConfig.from_lists("network,system", "mean_comm_frac") == cfg        # train-policy --disable / --enable
+    assert ObsConfig.from_lists("") == ObsConfig()
 
 
 @pytest.mark.parametrize("features, match", [({"bogus"}, "unknown features"),
