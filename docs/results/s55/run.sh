@@ -51,3 +51,6 @@ done
 D eval-replay $EVAL --policy=all2=runs/s55/all_s2_box.zip --policy=nonet2=runs/s55/nonet_s2_box.zip --out runs/s55/eval_abl_s2.json
 .venv/bin/python benchmarks/compare_eval_caches.py runs/s55/eval_cache.json runs/s55/eval_cache.json \
   --controller "ppo#e5ca785aa4ed?refute=2&warmup=16" --controller-b "ppo#6ef3a742f2db?refute=2&warmup=16"   # nonet2 / all2
+# held out: YOLOv3 (202 s)
+D eval-replay --workloads benchmarks/heldout_workloads/yolov3 --seeds 20 --seed-offset 5 --traces none,job_3_norm,cov:coefficient_variation --workers 8,32 --jobs 2 --cache runs/s55/yolo_cache.json \
+  --policy=default=dynamix_hvd/agent/policies/default.zip --policy=mcf0=runs/s55/mcf_s0_box.zip --policy=mcf1=runs/s55/mcf_s1_box.zip --out runs/s55/eval_yolov3.json
