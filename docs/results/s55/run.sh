@@ -54,3 +54,12 @@ D eval-replay $EVAL --policy=all2=runs/s55/all_s2_box.zip --policy=nonet2=runs/s
 # held out: YOLOv3 (202 s)
 D eval-replay --workloads benchmarks/heldout_workloads/yolov3 --seeds 20 --seed-offset 5 --traces none,job_3_norm,cov:coefficient_variation --workers 8,32 --jobs 2 --cache runs/s55/yolo_cache.json \
   --policy=default=dynamix_hvd/agent/policies/default.zip --policy=mcf0=runs/s55/mcf_s0_box.zip --policy=mcf1=runs/s55/mcf_s1_box.zip --out runs/s55/eval_yolov3.json
+# held out: the 120 pairings (about 23 min, in two runs sharing the cache)
+.venv/bin/python benchmarks/chimera_workloads.py --out runs/s55/chimeras
+D eval-replay --workloads $(ls -d runs/s55/chimeras/* | paste -sd,) --seeds 10 --seed-offset 5 --traces none,job_3_norm,cov:coefficient_variation \
+  --workers 8,32 --jobs 2 --cache runs/s55/chim_cache.json --policies-only --oracles goodput \
+  --policy=default=dynamix_hvd/agent/policies/default.zip --policy=mcf0=runs/s55/mcf_s0_box.zip --policy=mcf1=runs/s55/mcf_s1_box.zip
+for h in bb514a330074 8049b1fc3e09 18bd20bd3478; do   # default, mcf0, mcf1
+  .venv/bin/python benchmarks/compare_eval_caches.py runs/s55/chim_cache.json runs/s55/chim_cache.json --controller goodput \
+    --controller-b "ppo#$h?refute=2&warmup=16"
+done
