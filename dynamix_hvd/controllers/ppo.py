@@ -245,16 +245,10 @@ class PPOController(Controller):
         else:
             if self.ensemble == "mean" and self.members:
                 return self._act_mean(obs)
-            acts = []
-            self.last_outside = []
-            for net, sup in zip([self.net] + self.members, self.supports):
-                out = sup.outside(obs) if sup is not None else []
-                if out:          # an observation unlike any it was trained on: this policy answers the no-op
-                    self.last_outside.extend(out)
-                    acts.append((np.full(obs.shape[0], self.action_config.k), self.action_config.noop_global))
-                else:
-                    acts.append(net.act_rows(obs, deterministic=self.deterministic, margin=self.margin,
-                                             noop=self.action_config.noop_global))
+            acts = [(np.full(obs.shape[0], self.action_config.k), self.action_config.noop_global) if net is None
+                    else net.act_rows(obs, deterministic=self.deterministic, margin=self.margin,
+                                      noop=self.action_config.noop_global)
+                    for net in self._members_inside(obs)]
             if len(acts) == 1:
                 idx, gidx = acts[0]
             else:
@@ -269,11 +263,8 @@ class PPOController(Controller):
         from dynamix_hvd.controllers.policy.ensemble import mean_choice, softmax
         k, noop = self.action_config.k, self.action_config.noop_global
         rows, globs = [], []
-        self.last_outside = []
-        for net, sup in zip([self.net] + self.members, self.supports):
-            out = sup.outside(obs) if sup is not None else []
-            if out:
-                self.last_outside.extend(out)
+        for net in self._members_inside(obs):
+            if net is None:
                 rows.append(np.eye(self.action_config.n_levels)[np.full(obs.shape[0], k)])
                 globs.append(np.eye(len(self.action_config.global_scales))[noop])
             else:
@@ -282,6 +273,18 @@ class PPOController(Controller):
                 globs.append(softmax(glob))
         idx, gidx = mean_choice(rows), int(mean_choice(globs))
         return np.asarray(idx).astype(np.float64) - k, gidx
+
+    def _members_inside(self, obs: np.ndarray) -> list[Any]:
+        """The network of the policy and of each member, None for one whose training support ``obs``
+        is outside (an observation unlike any it was trained on: it answers the no-op); the features
+        that left a support go to ``last_outside`` for the decision's reason."""
+        self.last_outside = []
+        nets = []
+        for net, sup in zip([self.net] + self.members, self.supports):
+            out = sup.outside(obs) if sup is not None else []
+            self.last_outside.extend(out)
+            nets.append(None if out else net)
+        return nets
 
     def _outside_own_support(self, obs: np.ndarray) -> bool:
         """Whether ``obs`` is outside the (fine-tuned) policy's recorded training support; the
