@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "capture-trace": ("dynamix_hvd.emulate.capture", "measure a scenario's workload at several global batches (Pollux format)"),
     "eval-replay": ("dynamix_hvd.agent.replay_eval", "policy vs baselines vs hindsight per replay cell, held-out seeds"),
     "policy-support": ("dynamix_hvd.agent.support_fit", "record the observations a policy was trained on in its file"),
+    "select-policy": ("dynamix_hvd.agent.select_draw", "keep the fastest of several training draws on validation worlds"),
 }
 
 

@@ -127,6 +127,33 @@ def _write_cache(cp: Path, new: dict[str, float | None]) -> None:
         tmp.replace(cp)
 
 
+def episode_key(wl: str, trace: str, n: int, seed: int, tag: str, gns_model: str = "run") -> str:
+    """One episode's key in the cache: the cell, the seed, and the controller's tag (a baseline's
+    name, or ``ppo#`` and the policy's ``_file_hash``)."""
+    return f"{wl}|{trace}|{n}|{seed}|{tag}" + ("" if gns_model == "run" else f"|gns={gns_model}")
+
+
+def policy_tag(path: str) -> str:
+    """The cache tag of policy ``path`` (``PATH[?options]``; '' = the shipped default)."""
+    return f"ppo#{_file_hash(path)}"
+
+
+def run_episodes(tasks: Sequence[tuple[tuple, list[str]]], cache: dict[str, float | None], jobs: int = 1,
+                 cache_path: str | None = None, verbose: bool = True) -> None:
+    """Run ``tasks`` (``((workload, N, trace, controller, (seed,), gns_model), [key])``) on ``jobs``
+    processes into ``cache``, and into the cache file after every task (an interrupted evaluation
+    keeps what it ran)."""
+    if not tasks:
+        return
+    if verbose:
+        print(f"running {len(tasks)} episodes on {jobs} processes", flush=True)
+    with get_context("fork").Pool(max(1, jobs)) as pool:
+        for new in pool.imap(_run_task, [(t, k, cache_path) for t, k in tasks]):
+            cache.update(new)
+            if cache_path:
+                _write_cache(Path(cache_path), new)
+
+
 def _median(xs: Sequence[float | None]) -> float:
     return float(np.median([math.inf if x is None else x for x in xs]))
 
@@ -187,7 +214,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
     def key(wl, tr, n, s, label) -> str:
         nm = name_for(label, wl)
         tag = nm if nm in ctl_of else f"ppo#{_file_hash('')}" if nm == "ppo" else f"ppo#{hashes[nm[4:]]}"
-        return f"{wl}|{tr}|{n}|{s}|{tag}" + ("" if gns_model == "run" else f"|gns={gns_model}")
+        return episode_key(wl, tr, n, s, tag, gns_model)
 
     labels = list(BASELINES) + [o for o in oracles if o not in BASELINES] + list(policies) + (["loo"] if loo else [])
     tasks = []
@@ -203,16 +230,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
                         if key(wl, tr, n, s, lb) not in cache:
                             tasks.append(((wl, n, tr, nm, (s,), gns_model), [key(wl, tr, n, s, lb)]))
     t0 = time.perf_counter()
-    if tasks:
-        if verbose:
-            print(f"running {len(tasks)} episodes on {jobs} processes",
-                  flush=True)
-        ctx = get_context("fork")
-        with ctx.Pool(max(1, jobs)) as pool:
-            for new in pool.imap(_run_task, [(t, k, cache_path) for t, k in tasks]):
-                cache.update(new)
-                if cache_path:     # after every task: an interrupted evaluation keeps what it ran
-                    _write_cache(Path(cache_path), new)
+    run_episodes(tasks, cache, jobs, cache_path, verbose)
     if not baselines:      # episodes cached only; the table comes from a run with the baselines
         return {"cells": [], "summary": {}, "seeds": list(seeds), "wall_s": round(time.perf_counter() - t0, 1)}
     cells = []

@@ -1,0 +1,148 @@
+"""``dynamix select-policy``: keep the best of several training draws, judged on validation worlds.
+
+One run of the imitation recipe is a *draw*: the same command with another ``--seed`` gives a policy
+whose time to target ranges, over nine draws measured in session 56, from 0.954x to 0.991x goodput's
+(24 cells x seeds 5-44). A draw's figure is a property of the draw, not of the evaluation's seeds: on
+seeds 5-24 and 25-44 each draw's geometric mean moved by at most 0.007 while the draws spread by 0.035
+(``docs/policy.md``, session 56). So worlds nobody evaluates on can tell the draws apart: this command
+runs goodput and every draw on *validation* worlds (by default the workloads the draws were trained on,
+no trace / PAI job 3 / a CoV draw, N = 8 and 32, seeds 1000-1009: disjoint from the training worlds,
+seeds >= 1,000,000, and from the seeds ``dynamix eval-replay`` reports, 0-999), ranks them by the
+geometric mean over cells of median(draw) / median(goodput), and copies the fastest, byte for byte, to
+``--out``. Evaluate the chosen file afterwards on seeds it was not chosen on.
+
+    dynamix select-policy runs/po_s0_box.zip runs/po_s1_box.zip runs/po_s2_box.zip --out runs/po_best.zip \\
+        [--seeds 10 --seed-offset 1000 --workers 8,32 --traces none,job_3_norm,cov:coefficient_variation] \\
+        [--workloads W1,W2] [--jobs 2] [--cache runs/select_cache.json]
+
+A draw whose median misses the target in some cell ranks after every draw that reaches it everywhere.
+The episodes share ``dynamix eval-replay``'s cache format and keys.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+VALIDATION_SEED_OFFSET = 1000      # eval-replay reports seeds below it; training worlds use >= 1,000,000
+
+Cell = tuple[str, str, int]        # (workload, trace, N)
+
+
+def _median(xs: Sequence[float | None]) -> float:
+    return float(np.median([math.inf if x is None else float(x) for x in xs]))
+
+
+def rank_draws(times: Mapping[str, Mapping[Cell, Sequence[float | None]]],
+               goodput: Mapping[Cell, Sequence[float | None]]) -> list[dict[str, Any]]:
+    """Every draw's figures on the validation cells, fastest first: ``geomean`` of median(draw) /
+    median(goodput) over the cells, ``max_cell`` the largest such ratio, ``misses`` the cells where the
+    draw's median is no finite time (a miss counts as infinitely slow; such draws rank last, by their
+    number of misses). Ties keep the order the draws were given in. Pure: no episodes run here."""
+    out = []
+    for order, (label, per_cell) in enumerate(times.items()):
+        if set(per_cell) != set(goodput):
+            raise ValueError(f"draw {label!r}: cells {sorted(per_cell)} differ from goodput's {sorted(goodput)}")
+        ratios = [_median(per_cell[c]) / _median(goodput[c]) for c in sorted(per_cell)]
+        finite = [r for r in ratios if math.isfinite(r) and r > 0]
+        misses = len(ratios) - len(finite)
+        geo = float(np.exp(np.mean(np.log(finite)))) if finite and not misses else math.inf
+        out.append({"label": label, "geomean": geo, "max_cell": max(ratios) if ratios else math.nan,
+                    "misses": misses, "cells": len(ratios), "_order": order})
+    out.sort(key=lambda d: (d["misses"], d["geomean"], d["_order"]))
+    for d in out:
+        del d["_order"]
+    return out
+
+
+def training_workloads(paths: Sequence[str]) -> list[str]:
+    """The workloads the draws were trained on (their ``dynamix_config``), which must be the same for
+    all: draws trained on different workloads are not draws of one recipe."""
+    from dynamix_hvd.controllers.policy.io import load_policy
+    from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
+    seen: dict[tuple[str, ...], str] = {}
+    for p in paths:
+        _, cfg = load_policy(p)
+        seen.setdefault(tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), p)
+    if len(seen) > 1:
+        raise ValueError("the draws were trained on different workloads (" +
+                         "; ".join(f"{p}: {','.join(w)}" for w, p in seen.items()) + "): give --workloads")
+    return list(next(iter(seen)))
+
+
+def validate(paths: Sequence[str], workloads: Sequence[str], traces: Sequence[str], workers: Sequence[int],
+             seeds: Sequence[int], jobs: int = 1, cache_path: str | None = None,
+             verbose: bool = True) -> list[dict[str, Any]]:
+    """Run goodput and every draw on the validation cells (episodes cached as ``eval-replay`` caches
+    them) and rank the draws (``rank_draws``); each row also names its ``path``."""
+    from dynamix_hvd.agent.replay_eval import episode_key, policy_tag, run_episodes
+    cache: dict[str, float | None] = {}
+    if cache_path and Path(cache_path).is_file():
+        cache = json.loads(Path(cache_path).read_text())
+    tags = {"goodput": "goodput", **{p: policy_tag(p) for p in paths}}
+    cells = [(w, t, n) for w in workloads for t in traces for n in workers]
+    tasks = [((w, n, t, "goodput" if who == "goodput" else f"ppo:{who}", (s,), "run"),
+              [episode_key(w, t, n, s, tag)])
+             for w, t, n in cells for who, tag in tags.items() for s in seeds
+             if episode_key(w, t, n, s, tag) not in cache]
+    run_episodes(tasks, cache, jobs, cache_path, verbose)
+
+    def per_cell(tag: str) -> dict[Cell, list[float | None]]:
+        return {(w, t, n): [cache[episode_key(w, t, n, s, tag)] for s in seeds] for w, t, n in cells}
+    ranked = rank_draws({p: per_cell(tags[p]) for p in paths}, per_cell("goodput"))
+    for row in ranked:
+        row["path"] = row.pop("label")
+    return ranked
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("policies", nargs="+", help="the draws: policy files of one recipe (train-policy's zips)")
+    p.add_argument("--out", required=True, help="where the fastest draw is copied, byte for byte")
+    p.add_argument("--workloads", default="",
+                   help="comma list of validation workloads (default: the ones the draws were trained on)")
+    p.add_argument("--traces", default="none,job_3_norm,cov:coefficient_variation", help="comma list of speed traces")
+    p.add_argument("--workers", default="8,32", help="comma list of world sizes")
+    p.add_argument("--seeds", type=int, default=10, help="validation seeds per cell")
+    p.add_argument("--seed-offset", type=int, default=VALIDATION_SEED_OFFSET,
+                   help=f"first validation seed (default {VALIDATION_SEED_OFFSET}: eval-replay reports seeds below it)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    p.add_argument("--cache", default="", help="episode cache (eval-replay's format; '' = none)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dynamix_hvd.controllers.policy.io import PolicyLoadError
+    try:
+        missing = [p for p in args.policies if not Path(p).is_file()]
+        if missing:
+            raise ValueError(f"policy file(s) not found: {missing}")
+        if len(set(args.policies)) != len(args.policies):
+            raise ValueError(f"a policy is given twice: {args.policies}")
+        workers = [int(x) for x in args.workers.split(",") if x]
+        traces = [t for t in args.traces.split(",") if t]
+        if args.seeds < 1 or not workers or min(workers) < 1 or not traces:
+            raise ValueError(f"--seeds {args.seeds} / --workers {args.workers!r} / --traces {args.traces!r}: "
+                             "need >= 1 of each")
+        if Path(args.out).resolve() in {Path(p).resolve() for p in args.policies}:
+            raise ValueError(f"--out {args.out}: is one of the draws")
+        workloads = [w for w in args.workloads.split(",") if w] or training_workloads(args.policies)
+    except (ValueError, OSError, PolicyLoadError) as exc:
+        print(f"dynamix select-policy: {exc}")
+        return 2
+    seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
+    ranked = validate(args.policies, workloads, traces, workers, seeds, args.jobs, args.cache or None)
+    print(f"validation: {len(workloads)} workloads x {len(traces)} traces x N {workers} x seeds "
+          f"{seeds[0]}..{seeds[-1]}; median(draw) / median(goodput) per cell")
+    for i, row in enumerate(ranked):
+        miss = f", misses the target in {row['misses']} cells" if row["misses"] else ""
+        print(f"{'*' if i == 0 else ' '} {row['path']}: geomean {row['geomean']:.3f}, largest cell "
+              f"{row['max_cell']:.3f}{miss}")
+    best = ranked[0]["path"]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(best, args.out)
+    print(f"kept {best} -> {args.out}")
+    return 0
