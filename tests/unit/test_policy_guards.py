@@ -11,7 +11,8 @@ from dynamix_hvd.controllers.policy.ensemble import combine, combine_rows, mean_
 from dynamix_hvd.controllers.policy.support import Support, fit
 
 H20 = "dynamix_hvd/agent/policies/imitate_h20.zip"
-PASS_ONLY = "dynamix_hvd/agent/policies/pass_only_s1.zip"     # the default's policy since session 52
+PASS_ONLY = "dynamix_hvd/agent/policies/pass_only_s1.zip"     # the default's policy in sessions 52-55
+DEFAULT_RAW = "dynamix_hvd/agent/policies/pass_only_s0.zip"   # the default's policy since session 56 (the recipe's seed 0)
 RESIDUAL = "dynamix_hvd/agent/policies/replay_residual.zip"   # the default until session 35
 
 
@@ -160,14 +161,15 @@ def test_policy_support_box_only_records_the_same_box_without_the_nearest_neighb
 
 
 def test_the_shipped_default_is_its_policy_with_the_support_the_command_records(tmp_path):
-    """default.json's recipe: ``policy-support pass_only_s1.zip --worlds 24 --large-worlds 24 --box-only`` writes
-    default.zip byte for byte (without ``--box-only`` until session 52, imitate_h20.zip until session 51). The rollouts run the policy as it was trained, without the guard and the
+    """default.json's recipe: ``policy-support pass_only_s0.zip --worlds 24 --large-worlds 24 --box-only`` writes
+    default.zip byte for byte (pass_only_s1.zip in sessions 52-55, without ``--box-only`` until session 52,
+    imitate_h20.zip until session 51). The rollouts run the policy as it was trained, without the guard and the
     warm-up that the controller adds on top (with them, from session 40 to 43, the command recorded
     another support than the shipped one)."""
     from dynamix_hvd.cli import main
     out = tmp_path / "default.zip"
-    assert main(["policy-support", PASS_ONLY, "--worlds", "24", "--large-worlds", "24", "--box-only", "--out", str(out)]) == 0
-    assert out.read_bytes() == (Path(PASS_ONLY).parent / "default.zip").read_bytes()
+    assert main(["policy-support", DEFAULT_RAW, "--worlds", "24", "--large-worlds", "24", "--box-only", "--out", str(out)]) == 0
+    assert out.read_bytes() == (Path(DEFAULT_RAW).parent / "default.zip").read_bytes()
 
 
 def test_policy_support_large_worlds_are_drawn_from_the_upper_world_sizes(tmp_path, capsys):
