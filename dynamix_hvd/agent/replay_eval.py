@@ -138,6 +138,15 @@ def policy_tag(path: str) -> str:
     return f"ppo#{_file_hash(path)}"
 
 
+def _one_thread() -> None:
+    """A pool worker's torch runs one thread: the episodes' networks are small and the workers share the
+    cores; and a forked child whose parent had started torch's thread pool (a policy built there: the
+    selection of a draw, a test before) hangs in its first multi-threaded op (seen: ``orthogonal_`` in a
+    policy's initialisation, waiting on a futex forever) unless it never asks for more than one."""
+    import torch
+    torch.set_num_threads(1)
+
+
 def run_episodes(tasks: Sequence[tuple[tuple, list[str]]], cache: dict[str, float | None], jobs: int = 1,
                  cache_path: str | None = None, verbose: bool = True) -> None:
     """Run ``tasks`` (``((workload, N, trace, controller, (seed,), gns_model), [key])``) on ``jobs``
@@ -147,14 +156,15 @@ def run_episodes(tasks: Sequence[tuple[tuple, list[str]]], cache: dict[str, floa
         return
     if verbose:
         print(f"running {len(tasks)} episodes on {jobs} processes", flush=True)
-    with get_context("fork").Pool(max(1, jobs)) as pool:
+    with get_context("fork").Pool(max(1, jobs), initializer=_one_thread) as pool:
         for new in pool.imap(_run_task, [(t, k, cache_path) for t, k in tasks]):
             cache.update(new)
             if cache_path:
                 _write_cache(Path(cache_path), new)
 
 
-def _median(xs: Sequence[float | None]) -> float:
+def median_time(xs: Sequence[float | None]) -> float:
+    """The median time to target of a cell's episodes, a miss (None) counting as infinitely slow."""
     return float(np.median([math.inf if x is None else x for x in xs]))
 
 
@@ -242,7 +252,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
                     if name_for(lb, wl) is None:
                         continue
                     times[lb] = [cache[key(wl, tr, n, s, lb)] for s in seeds]
-                    med[lb] = _median(times[lb])
+                    med[lb] = median_time(times[lb])
                 interval = {lb: ratio_interval(times[lb], times["goodput"]) for lb in times if lb not in BASELINES}
                 cells.append({"workload": wl, "trace": tr, "workers": n, "median": med, "interval": interval})
     summary = {lb: summarise(cells, lb) for lb in labels if lb not in BASELINES}

@@ -29,13 +29,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from dynamix_hvd.agent.replay_eval import episode_key, median_time, policy_tag, run_episodes
+
 VALIDATION_SEED_OFFSET = 1000      # eval-replay reports seeds below it; training worlds use >= 1,000,000
 
 Cell = tuple[str, str, int]        # (workload, trace, N)
-
-
-def _median(xs: Sequence[float | None]) -> float:
-    return float(np.median([math.inf if x is None else float(x) for x in xs]))
 
 
 def rank_draws(times: Mapping[str, Mapping[Cell, Sequence[float | None]]],
@@ -48,7 +46,7 @@ def rank_draws(times: Mapping[str, Mapping[Cell, Sequence[float | None]]],
     for order, (label, per_cell) in enumerate(times.items()):
         if set(per_cell) != set(goodput):
             raise ValueError(f"draw {label!r}: cells {sorted(per_cell)} differ from goodput's {sorted(goodput)}")
-        ratios = [_median(per_cell[c]) / _median(goodput[c]) for c in sorted(per_cell)]
+        ratios = [median_time(per_cell[c]) / median_time(goodput[c]) for c in sorted(per_cell)]
         finite = [r for r in ratios if math.isfinite(r) and r > 0]
         misses = len(ratios) - len(finite)
         geo = float(np.exp(np.mean(np.log(finite)))) if finite and not misses else math.inf
@@ -63,11 +61,11 @@ def rank_draws(times: Mapping[str, Mapping[Cell, Sequence[float | None]]],
 def training_workloads(paths: Sequence[str]) -> list[str]:
     """The workloads the draws were trained on (their ``dynamix_config``), which must be the same for
     all: draws trained on different workloads are not draws of one recipe."""
-    from dynamix_hvd.controllers.policy.io import load_policy
+    from dynamix_hvd.controllers.policy.io import read_policy_file
     from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
     seen: dict[tuple[str, ...], str] = {}
-    for p in paths:
-        _, cfg = load_policy(p)
+    for p in paths:      # the file's configuration, checked as the loader checks it; no network built here
+        cfg = read_policy_file(p).policy_kwargs["dynamix_config"]
         seen.setdefault(tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), p)
     if len(seen) > 1:
         raise ValueError("the draws were trained on different workloads (" +
@@ -80,7 +78,6 @@ def validate(paths: Sequence[str], workloads: Sequence[str], traces: Sequence[st
              verbose: bool = True) -> list[dict[str, Any]]:
     """Run goodput and every draw on the validation cells (episodes cached as ``eval-replay`` caches
     them) and rank the draws (``rank_draws``); each row also names its ``path``."""
-    from dynamix_hvd.agent.replay_eval import episode_key, policy_tag, run_episodes
     cache: dict[str, float | None] = {}
     if cache_path and Path(cache_path).is_file():
         cache = json.loads(Path(cache_path).read_text())
