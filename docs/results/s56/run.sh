@@ -64,3 +64,8 @@ cmp dynamix_hvd/agent/policies/default.zip runs/s56/po_s0_box.zip
 for r in 1 2; do for p in default default_s53; do
   .venv/bin/python benchmarks/bench_decide_scale.py --workers 4,1024 --decisions 100 --policy dynamix_hvd/agent/policies/$p.zip
 done; done > docs/results/s56/bench_decide_scale.txt
+# held out: ImageNet, 5 seeds (goodput and both defaults; 1,253 s, the last third beside a second process with --reverse)
+D eval-replay --workloads benchmarks/heldout_workloads/imagenet --seeds 5 --seed-offset 5 $CELLS --cache runs/s56/inet_cache.json \
+  --policies-only --oracles goodput --policy=po0=dynamix_hvd/agent/policies/default.zip --policy=old=dynamix_hvd/agent/policies/default_s53.zip
+for h in 180cd83659cd bb514a330074; do .venv/bin/python benchmarks/compare_eval_caches.py runs/s56/inet_cache.json \
+  runs/s56/inet_cache.json --controller goodput --controller-b "ppo#$h?refute=2&warmup=16"; done
