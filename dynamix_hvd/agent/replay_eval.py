@@ -147,6 +147,11 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
+def read_cache(cache_path: str | None) -> dict[str, float | None]:
+    """The episodes cached in ``cache_path`` (none without a path or a file)."""
+    return json.loads(Path(cache_path).read_text()) if cache_path and Path(cache_path).is_file() else {}
+
+
 def run_episodes(tasks: Sequence[tuple[tuple, list[str]]], cache: dict[str, float | None], jobs: int = 1,
                  cache_path: str | None = None, verbose: bool = True) -> None:
     """Run ``tasks`` (``((workload, N, trace, controller, (seed,), gns_model), [key])``) on ``jobs``
@@ -207,9 +212,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
              oracles: Sequence[str] = (), gns_model: str = "run") -> dict[str, Any]:
     if gns_model not in GNS_MODELS:
         raise ValueError(f"gns_model={gns_model!r}: expected one of {GNS_MODELS}")
-    cache: dict[str, float | None] = {}
-    if cache_path and Path(cache_path).is_file():
-        cache = json.loads(Path(cache_path).read_text())
+    cache = read_cache(cache_path)
     hashes = {p: _file_hash(p) for p in set(policies.values()) | set(loo.values()) if p}
     ctl_of = {b: b for b in (*BASELINES, *oracles)}
 

@@ -21,7 +21,6 @@ The episodes share ``dynamix eval-replay``'s cache format and keys.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dynamix_hvd.agent.replay_eval import episode_key, median_time, policy_tag, run_episodes
+from dynamix_hvd.agent.replay_eval import episode_key, median_time, policy_tag, read_cache, run_episodes
 
 VALIDATION_SEED_OFFSET = 1000      # eval-replay reports seeds below it; training worlds use >= 1,000,000
 
@@ -43,7 +42,7 @@ def rank_draws(times: Mapping[str, Mapping[Cell, Sequence[float | None]]],
     draw's median is no finite time (a miss counts as infinitely slow; such draws rank last, by their
     number of misses). Ties keep the order the draws were given in. Pure: no episodes run here."""
     out = []
-    for order, (label, per_cell) in enumerate(times.items()):
+    for label, per_cell in times.items():
         if set(per_cell) != set(goodput):
             raise ValueError(f"draw {label!r}: cells {sorted(per_cell)} differ from goodput's {sorted(goodput)}")
         ratios = [median_time(per_cell[c]) / median_time(goodput[c]) for c in sorted(per_cell)]
@@ -51,11 +50,8 @@ def rank_draws(times: Mapping[str, Mapping[Cell, Sequence[float | None]]],
         misses = len(ratios) - len(finite)
         geo = float(np.exp(np.mean(np.log(finite)))) if finite and not misses else math.inf
         out.append({"label": label, "geomean": geo, "max_cell": max(ratios) if ratios else math.nan,
-                    "misses": misses, "cells": len(ratios), "_order": order})
-    out.sort(key=lambda d: (d["misses"], d["geomean"], d["_order"]))
-    for d in out:
-        del d["_order"]
-    return out
+                    "misses": misses, "cells": len(ratios)})
+    return sorted(out, key=lambda d: (d["misses"], d["geomean"]))      # stable: ties keep the given order
 
 
 def training_workloads(paths: Sequence[str]) -> list[str]:
@@ -78,9 +74,7 @@ def validate(paths: Sequence[str], workloads: Sequence[str], traces: Sequence[st
              verbose: bool = True) -> list[dict[str, Any]]:
     """Run goodput and every draw on the validation cells (episodes cached as ``eval-replay`` caches
     them) and rank the draws (``rank_draws``); each row also names its ``path``."""
-    cache: dict[str, float | None] = {}
-    if cache_path and Path(cache_path).is_file():
-        cache = json.loads(Path(cache_path).read_text())
+    cache = read_cache(cache_path)
     tags = {"goodput": "goodput", **{p: policy_tag(p) for p in paths}}
     cells = [(w, t, n) for w in workloads for t in traces for n in workers]
     tasks = [((w, n, t, "goodput" if who == "goodput" else f"ppo:{who}", (s,), "run"),
