@@ -12,11 +12,18 @@ geometric mean over cells of median(draw) / median(goodput), and copies the fast
 ``--out``. Evaluate the chosen file afterwards on seeds it was not chosen on.
 
     dynamix select-policy runs/po_s0_box.zip runs/po_s1_box.zip runs/po_s2_box.zip --out runs/po_best.zip \\
+        [--incumbent runs/po_s0_box.zip] \\
         [--seeds 10 --seed-offset 1000 --workers 8,32 --traces none,job_3_norm,cov:coefficient_variation] \\
         [--workloads W1,W2] [--jobs 2] [--cache runs/select_cache.json]
 
 A draw whose median misses the target in some cell ranks after every draw that reaches it everywhere.
-The episodes share ``dynamix eval-replay``'s cache format and keys.
+Near the top the draws tie within the validation seeds' noise (session 57: four draws within 0.004 of
+each other, their order changed between 10 and 30 validation seeds), so with ``--incumbent`` (the
+shipped policy, one of the draws) a challenger replaces it only when it is *measurably* faster: the
+90% paired interval of the geometric mean of median(challenger) / median(incumbent) over the cells
+(``replay.paired.geomean_interval``, seeds resampled as pairs) lies below 1 (``keep_draw``). Every
+draw's interval against the kept one is printed. The episodes share ``dynamix eval-replay``'s cache
+format and keys.
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from dynamix_hvd.agent.replay_eval import episode_key, median_time, policy_tag, read_cache, run_episodes
+from dynamix_hvd.replay.paired import geomean_interval
 
 VALIDATION_SEED_OFFSET = 1000      # eval-replay reports seeds below it; training worlds use >= 1,000,000
 
@@ -54,6 +62,30 @@ def rank_draws(times: Mapping[str, Mapping[Cell, Sequence[float | None]]],
     return sorted(out, key=lambda d: (d["misses"], d["geomean"]))      # stable: ties keep the given order
 
 
+def paired_interval(times: Mapping[str, Mapping[Cell, Sequence[float | None]]], a: str, b: str,
+                    seed: int = 0) -> tuple[float, float]:
+    """The 90% paired interval of the geometric mean over cells of median(``a``) / median(``b``), the
+    validation seeds resampled as pairs (``replay.paired.geomean_interval``). Pure."""
+    return geomean_interval([(times[a][c], times[b][c]) for c in sorted(times[a])], seed=seed)
+
+
+def keep_draw(ranked: Sequence[Mapping[str, Any]], times: Mapping[str, Mapping[Cell, Sequence[float | None]]],
+              incumbent: str | None = None) -> str:
+    """The draw to keep: without an ``incumbent`` the first of ``ranked`` (``rank_draws``); with one,
+    the fastest-ranked draw whose paired interval against the incumbent lies wholly below 1
+    (measurably faster on the validation seeds), else the incumbent. Pure."""
+    if incumbent is None:
+        return str(ranked[0]["label"])
+    if incumbent not in times:
+        raise ValueError(f"incumbent {incumbent!r} is not one of the draws {sorted(times)}")
+    for row in ranked:
+        if row["label"] == incumbent:
+            return incumbent           # every draw ranked above it tied with it (or missed a cell)
+        if not row["misses"] and paired_interval(times, row["label"], incumbent)[1] < 1.0:
+            return str(row["label"])
+    return incumbent
+
+
 def training_workloads(paths: Sequence[str]) -> list[str]:
     """The workloads the draws were trained on (their ``dynamix_config``), which must be the same for
     all: draws trained on different workloads are not draws of one recipe."""
@@ -70,10 +102,11 @@ def training_workloads(paths: Sequence[str]) -> list[str]:
 
 
 def validate(paths: Sequence[str], workloads: Sequence[str], traces: Sequence[str], workers: Sequence[int],
-             seeds: Sequence[int], jobs: int = 1, cache_path: str | None = None,
-             verbose: bool = True) -> list[dict[str, Any]]:
+             seeds: Sequence[int], jobs: int = 1, cache_path: str | None = None, verbose: bool = True,
+             incumbent: str | None = None) -> tuple[list[dict[str, Any]], str]:
     """Run goodput and every draw on the validation cells (episodes cached as ``eval-replay`` caches
-    them) and rank the draws (``rank_draws``); each row also names its ``path``."""
+    them), rank the draws (``rank_draws``) and choose one (``keep_draw``); each row also names its
+    ``path`` and ``vs_kept``, its paired interval against the kept draw. Returns (rows, kept path)."""
     cache = read_cache(cache_path)
     tags = {"goodput": "goodput", **{p: policy_tag(p) for p in paths}}
     cells = [(w, t, n) for w in workloads for t in traces for n in workers]
@@ -85,15 +118,21 @@ def validate(paths: Sequence[str], workloads: Sequence[str], traces: Sequence[st
 
     def per_cell(tag: str) -> dict[Cell, list[float | None]]:
         return {(w, t, n): [cache[episode_key(w, t, n, s, tag)] for s in seeds] for w, t, n in cells}
-    ranked = rank_draws({p: per_cell(tags[p]) for p in paths}, per_cell("goodput"))
+    times = {p: per_cell(tags[p]) for p in paths}
+    ranked = rank_draws(times, per_cell("goodput"))
+    kept = keep_draw(ranked, times, incumbent)
     for row in ranked:
         row["path"] = row.pop("label")
-    return ranked
+        row["vs_kept"] = paired_interval(times, row["path"], kept) if row["path"] != kept else None
+    return ranked, kept
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("policies", nargs="+", help="the draws: policy files of one recipe (train-policy's zips)")
     p.add_argument("--out", required=True, help="where the fastest draw is copied, byte for byte")
+    p.add_argument("--incumbent", default="",
+                   help="one of the draws (e.g. the shipped policy): kept unless another is measurably faster "
+                        "(paired 90%% interval of the ratio below 1)")
     p.add_argument("--workloads", default="",
                    help="comma list of validation workloads (default: the ones the draws were trained on)")
     p.add_argument("--traces", default="none,job_3_norm,cov:coefficient_variation", help="comma list of speed traces")
@@ -120,19 +159,28 @@ def run(args: argparse.Namespace) -> int:
                              "need >= 1 of each")
         if Path(args.out).resolve() in {Path(p).resolve() for p in args.policies}:
             raise ValueError(f"--out {args.out}: is one of the draws")
+        incumbent = None
+        if args.incumbent:            # the draw of that file, however its path is written
+            same = [p for p in args.policies if Path(p).resolve() == Path(args.incumbent).resolve()]
+            if not same:
+                raise ValueError(f"--incumbent {args.incumbent}: is not one of the draws {args.policies}")
+            incumbent = same[0]
         workloads = [w for w in args.workloads.split(",") if w] or training_workloads(args.policies)
     except (ValueError, OSError, PolicyLoadError) as exc:
         print(f"dynamix select-policy: {exc}")
         return 2
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
-    ranked = validate(args.policies, workloads, traces, workers, seeds, args.jobs, args.cache or None)
+    ranked, best = validate(args.policies, workloads, traces, workers, seeds, args.jobs, args.cache or None,
+                            incumbent=incumbent)
     print(f"validation: {len(workloads)} workloads x {len(traces)} traces x N {workers} x seeds "
-          f"{seeds[0]}..{seeds[-1]}; median(draw) / median(goodput) per cell")
-    for i, row in enumerate(ranked):
+          f"{seeds[0]}..{seeds[-1]}; median(draw) / median(goodput) per cell"
+          + (f"; incumbent {incumbent}" if incumbent else ""))
+    for row in ranked:
         miss = f", misses the target in {row['misses']} cells" if row["misses"] else ""
-        print(f"{'*' if i == 0 else ' '} {row['path']}: geomean {row['geomean']:.3f}, largest cell "
-              f"{row['max_cell']:.3f}{miss}")
-    best = ranked[0]["path"]
+        vs = (f", / the kept draw (90% paired) [{row['vs_kept'][0]:.3f}, {row['vs_kept'][1]:.3f}]"
+              if row["vs_kept"] else "")
+        print(f"{'*' if row['path'] == best else ' '} {row['path']}: geomean {row['geomean']:.3f}, largest cell "
+              f"{row['max_cell']:.3f}{miss}{vs}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(best, args.out)
     print(f"kept {best} -> {args.out}")

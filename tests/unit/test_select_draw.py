@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dynamix_hvd.agent import select_draw
-from dynamix_hvd.agent.select_draw import rank_draws
+from dynamix_hvd.agent.select_draw import keep_draw, rank_draws
 
 POLICIES = Path(select_draw.__file__).resolve().parent / "policies"
 A, B = ("bert", "none", 8), ("ncf", "none", 32)
@@ -45,6 +45,29 @@ def test_cells_must_match_goodputs():
         rank_draws({"d": {A: [1.0]}}, {A: [1.0], B: [1.0]})
 
 
+def test_an_incumbent_is_replaced_only_by_a_measurably_faster_draw():
+    base = {A: [100.0 + 5 * i for i in range(10)], B: [50.0 + 3 * i for i in range(10)]}
+    goodput = {c: [t * 1.1 for t in ts] for c, ts in base.items()}
+
+    def scaled(f, alternate):          # x f, then seed by seed x (1 - alternate) and x (1 + alternate)
+        return {c: [t * f * (1 + (alternate if i % 2 else -alternate)) for i, t in enumerate(ts)]
+                for c, ts in base.items()}
+    times = {"inc": base, "tie": scaled(0.99, 0.1), "lost": scaled(1.1, 0.0)}
+    ranked = rank_draws(times, goodput)
+    assert [r["label"] for r in ranked] == ["tie", "inc", "lost"]      # first by its geomean ...
+    assert keep_draw(ranked, times) == "tie"                           # ... and kept without an incumbent,
+    lo, hi = select_draw.paired_interval(times, "tie", "inc")
+    assert lo < 1.0 < hi                                               # but it ties the incumbent:
+    assert keep_draw(ranked, times, incumbent="inc") == "inc"
+    times["fast"] = scaled(0.9, 0.01)                                  # measurably faster
+    ranked = rank_draws(times, goodput)
+    assert select_draw.paired_interval(times, "fast", "inc")[1] < 1.0
+    assert keep_draw(ranked, times, incumbent="inc") == "fast"
+    assert keep_draw(ranked, times, incumbent="lost") == "fast"        # the fastest of those measurably faster
+    with pytest.raises(ValueError, match="'nope'"):
+        keep_draw(ranked, times, incumbent="nope")
+
+
 def _with_workloads(src: Path, dst: Path, workloads: list[str]) -> Path:
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
         for info in zin.infolist():
@@ -72,7 +95,7 @@ def test_the_command_keeps_the_fastest_draw_byte_for_byte(tmp_path, capsys):
     assert select_draw.run(_args([*draws, "--out", str(out), "--workloads", "ncf", "--traces", "none",
                                   "--workers", "8", "--seeds", "3", "--cache", str(cache)])) == 0
     printed = capsys.readouterr().out
-    best = printed.split("kept ")[1].split(" -> ")[0]
+    best = printed.strip().splitlines()[-1].split("kept ")[1].split(" -> ")[0]
     assert best in draws and out.read_bytes() == Path(best).read_bytes()
     eps = json.loads(cache.read_text())
     seeds = range(1000, 1003)
@@ -95,3 +118,5 @@ def test_bad_input_is_refused_by_name(tmp_path, capsys):
     msg = capsys.readouterr().out
     assert "different workloads" in msg and "ncf_only.zip: ncf" in msg
     assert not (tmp_path / "o.zip").exists()
+    assert select_draw.run(_args([d, "--incumbent", str(tmp_path / "inc.zip"), "--out", str(tmp_path / "o.zip")])) == 2
+    assert "--incumbent" in (msg := capsys.readouterr().out) and "inc.zip" in msg
