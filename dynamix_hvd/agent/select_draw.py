@@ -129,7 +129,8 @@ def validate(paths: Sequence[str], workloads: Sequence[str], traces: Sequence[st
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("policies", nargs="+", help="the draws: policy files of one recipe (train-policy's zips)")
-    p.add_argument("--out", required=True, help="where the fastest draw is copied, byte for byte")
+    p.add_argument("--out", required=True,
+                   help="where the kept draw (the fastest, or the incumbent) is copied, byte for byte")
     p.add_argument("--incumbent", default="",
                    help="one of the draws (e.g. the shipped policy): kept unless another is measurably faster "
                         "(paired 90%% interval of the ratio below 1)")
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dynamix select-policy: {exc}")
         return 2
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
-    ranked, best = validate(args.policies, workloads, traces, workers, seeds, args.jobs, args.cache or None,
+    ranked, kept = validate(args.policies, workloads, traces, workers, seeds, args.jobs, args.cache or None,
                             incumbent=incumbent)
     print(f"validation: {len(workloads)} workloads x {len(traces)} traces x N {workers} x seeds "
           f"{seeds[0]}..{seeds[-1]}; median(draw) / median(goodput) per cell"
@@ -179,9 +180,9 @@ def run(args: argparse.Namespace) -> int:
         miss = f", misses the target in {row['misses']} cells" if row["misses"] else ""
         vs = (f", / the kept draw (90% paired) [{row['vs_kept'][0]:.3f}, {row['vs_kept'][1]:.3f}]"
               if row["vs_kept"] else "")
-        print(f"{'*' if row['path'] == best else ' '} {row['path']}: geomean {row['geomean']:.3f}, largest cell "
+        print(f"{'*' if row['path'] == kept else ' '} {row['path']}: geomean {row['geomean']:.3f}, largest cell "
               f"{row['max_cell']:.3f}{miss}{vs}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(best, args.out)
-    print(f"kept {best} -> {args.out}")
+    shutil.copyfile(kept, args.out)
+    print(f"kept {kept} -> {args.out}")
     return 0
