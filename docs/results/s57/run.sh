@@ -23,6 +23,9 @@ D select-policy $ALL --incumbent runs/s56/po_s0_box.zip --cache runs/s57/select_
 TOP4="runs/s56/po_s0_box.zip runs/s57/po_s4_box.zip runs/s57/po_s5_box.zip runs/s57/po_s3_box.zip"
 D select-policy $TOP4 --seeds 30 --cache runs/s57/select_cache.json --out runs/s57/selected4_30.zip > docs/results/s57/select4_30.txt
 D select-policy $TOP4 --seeds 30 --incumbent runs/s56/po_s0_box.zip --cache runs/s57/select_cache.json --out runs/s57/kept4_30.zip > docs/results/s57/select4_30_incumbent.txt
+# the same four on validation worlds of transfer: the twelve pairings of the shipped workloads (YOLOv3's left out)
+D select-policy $TOP4 --incumbent runs/s56/po_s0_box.zip --workloads $(ls -d runs/s55/chimeras/* | grep -v yolov3 | paste -sd,) \
+  --jobs 2 --cache runs/s57/select_pairings_cache.json --out runs/s57/kept_pairings.zip > docs/results/s57/select_pairings.txt
 # on validation seeds 1000-1009: mean ensembles of the top draws, the default's guards, PPO from the default's weights
 A=runs/s56/po_s0_box.zip; B=runs/s57/po_s4_box.zip; C=runs/s57/po_s5_box.zip; E=runs/s57/po_s3_box.zip
 D eval-replay --seeds 10 --seed-offset 1000 --jobs 2 --cache runs/s57/select_cache.json $CELLS --policies-only --oracles goodput \
