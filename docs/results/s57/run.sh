@@ -38,6 +38,14 @@ for n in a:61440 b:204800; do   # 292 s / 704 s
   D eval-replay --seeds 10 --seed-offset 1000 --jobs 1 --cache runs/s57/select_cache.json $CELLS --policies-only --oracles goodput \
     --policy=ft=runs/s57/ft_${n%%:*}_box.zip
 done
+# the same at lr 1e-5: 61,440 steps with PPO seeds 0 and 1 (ft_c, ft_e: 183 / 194 s), 204,800 steps (ft_d: 630 s)
+for n in c:61440:0 e:61440:1 d:204800:0; do IFS=: read k t sd <<< "$n"
+  .venv/bin/python docs/results/s57/ft_from_imitation.py --init runs/s56/po_s0.zip --out runs/s57/ft_$k.zip \
+    --timesteps $t --lr 1e-5 --clip 0.1 --critic-steps 8192 --seed $sd > docs/results/s57/ft_$k.log
+  D policy-support runs/s57/ft_$k.zip --worlds 24 --large-worlds 24 --box-only --out runs/s57/ft_${k}_box.zip
+  D eval-replay --seeds 10 --seed-offset 1000 --jobs 2 --cache runs/s57/select_cache.json $CELLS --policies-only --oracles goodput \
+    --policy=ft=runs/s57/ft_${k}_box.zip
+done
 # validation_variants.txt: compare_eval_caches.py on the cache cut to seeds 1000-1009 (runs/s57/select_cache_10.json)
 # the test seeds 5-44 for the draws the plain selection ranks first (po5 on 30 seeds, po4 next to it)
 D eval-replay --seeds 40 --seed-offset 5 --jobs 1 --cache runs/s57/eval_cache.json $CELLS \
@@ -50,3 +58,4 @@ for W in bert cifar10 deepspeech2; do
   D eval-replay --workloads $W --seeds 20 --seed-offset 5 --jobs 1 --cache runs/s57/eval_cache.json $CELLS \
     --policies-only --oracles goodput --policy=loo_${W}_s0=runs/s57/loo_${W}_s0_box.zip
 done   # figures: loo_po0.txt (compare_eval_caches.py, goodput against each)
+# validation_variants.txt and ft_paired_vs_default.txt: compare_eval_caches.py on runs/s57/select_cache.json cut to seeds 1000-1009
