@@ -22,16 +22,13 @@ three = {0: "runs/s56/po_s0_box.zip", 1: "dynamix_hvd/agent/policies/default_s53
 gp = per_cell("goodput")
 print("seed | iterations | geomean / goodput | / the three-iteration draw of the seed (90% paired)")
 for s in range(9):
-    rows = {3: three[s]}
+    times = {3: per_cell(policy_tag(three[s]))}
     for it in (2, 4, 6):
-        p = f"runs/s58/d{it}_s{s}_box.zip"
-        try:
-            per_cell(policy_tag(p))
-            rows[it] = p
+        try:                  # only the variants trained and validated for this seed
+            times[it] = per_cell(policy_tag(f"runs/s58/d{it}_s{s}_box.zip"))
         except (KeyError, FileNotFoundError):
             pass
-    times = {it: per_cell(policy_tag(p)) for it, p in rows.items()}
     geo = {r["label"]: r["geomean"] for r in rank_draws(times, gp)}
-    for it in sorted(rows):
+    for it in sorted(times):
         iv = "" if it == 3 else "[%.3f, %.3f]" % paired_interval(times, it, 3)
         print(f"{s} | {it} | {geo[it]:.3f} | {iv}")
