@@ -229,6 +229,11 @@ def soft_targets(regret: np.ndarray, temperature: float) -> np.ndarray:
 
 
 BALANCES = ("decisions", "worlds")   # what the imitation loss weighs equally (world_weights)
+# how the global head is fitted to a sample's regrets (``fit``): ``soft`` the cross-entropy of the soft targets
+# exp(-regret / T); ``regret`` a regression of the (centred) logits on -regret / T, so the deterministic act is the
+# scale of least *expected* regret given the observation (cost-sensitive, as AggreVaTe's learner)
+OBJECTIVES = ("soft", "regret")
+REGRET_CLIP = 0.1   # regrets above this (a scale that strands the run) are regressed as this: one outlier, not a scale
 
 
 def world_weights(samples: Sequence[Sample], balance: str = "decisions") -> np.ndarray | None:
@@ -247,12 +252,16 @@ def world_weights(samples: Sequence[Sample], balance: str = "decisions") -> np.n
 
 def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch: int = 64,
         lr: float = 1e-3, seed: int = 0, temperature: float = TEMPERATURE,
-        weights: np.ndarray | None = None) -> list[float]:
-    """Cross-entropy of the global-scale soft targets (``soft_targets`` of the regrets) plus, per
-    valid row, of "no change" (the actor's logits, ``RowNet.actor_logits``), Adam; each sample's
-    term times its ``weights`` entry when given (``world_weights``). Returns the mean loss per epoch."""
+        weights: np.ndarray | None = None, objective: str = "soft") -> list[float]:
+    """Cross-entropy of the global-scale soft targets (``soft_targets`` of the regrets; ``objective``
+    ``regret``: the mean squared error of the centred global logits against the centred -regret / T,
+    regrets clipped at ``REGRET_CLIP``) plus, per valid row, the cross-entropy of "no change" (the
+    actor's logits, ``RowNet.actor_logits``), Adam; each sample's term times its ``weights`` entry when
+    given (``world_weights``). Returns the mean loss per epoch."""
     import torch
     import torch.nn.functional as F
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
     net = policy.mlp_extractor
     params = [p for name, p in net.named_parameters() if "_vf" not in name]
     opt = torch.optim.Adam(params, lr=lr)
@@ -267,17 +276,21 @@ def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch:
         for ids in cuts:
             part = [samples[j] for j in ids]
             X, _ = _batch(part)
-            q = torch.as_tensor(soft_targets(np.stack([p.regret for p in part]), temperature), dtype=torch.float32)
+            reg = np.stack([p.regret for p in part])
             x = torch.as_tensor(X)
             row, glob = net.actor_logits(x)
             m = x[..., 0]
             row_ce = F.cross_entropy(row.reshape(-1, row.shape[-1]), torch.full((row.shape[0] * row.shape[1],), k),
                                      reduction="none").reshape(m.shape)
-            if weights is None:
-                loss = F.cross_entropy(glob, q) + ((row_ce * m).sum(1) / m.sum(1)).mean()
+            if objective == "soft":
+                q = torch.as_tensor(soft_targets(reg, temperature), dtype=torch.float32)
+                per_glob = F.cross_entropy(glob, q, reduction="none")
             else:
-                per = F.cross_entropy(glob, q, reduction="none") + (row_ce * m).sum(1) / m.sum(1)
-                loss = (per * torch.as_tensor(weights[ids], dtype=torch.float32)).mean()
+                z = -np.minimum(reg, REGRET_CLIP) / max(temperature, 1e-9)
+                z = torch.as_tensor(z - z.mean(axis=-1, keepdims=True), dtype=torch.float32)
+                per_glob = ((glob - glob.mean(-1, keepdim=True) - z) ** 2).mean(-1)
+            per = per_glob + (row_ce * m).sum(1) / m.sum(1)
+            loss = per.mean() if weights is None else (per * torch.as_tensor(weights[ids], dtype=torch.float32)).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -371,10 +384,10 @@ class Trainer:
         return self.model.policy
 
     def fit(self, samples: Sequence[Sample], epochs: int, seed: int = 0, temperature: float = TEMPERATURE,
-            balance: str = "decisions") -> list[float]:
+            balance: str = "decisions", objective: str = "soft") -> list[float]:
         self.model.policy.load_state_dict(self._init)       # from scratch on the aggregate
         return fit(self.model.policy, samples, self.cfg.action.k, epochs=epochs, seed=seed, temperature=temperature,
-                   weights=world_weights(samples, balance))
+                   weights=world_weights(samples, balance), objective=objective)
 
     def save(self, out: str | Path, curve: Sequence[Sequence[float]], meta: dict[str, Any]) -> dict[str, Any]:
         from dynamix_hvd.agent.run_files import save_run
@@ -389,7 +402,8 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                     every: int = 1, verbose: bool = True, command: str = "",
                     samples: Sequence[Sample] = (), horizon: int = HORIZON,
                     save_samples_to: str | Path | None = None, temperature: float = TEMPERATURE,
-                    continuation: str = "causal", balance: str = "decisions") -> dict[str, Any]:
+                    continuation: str = "causal", balance: str = "decisions",
+                    objective: str = "soft") -> dict[str, Any]:
     """DAgger with ``iters`` iterations (the first rolls the expert out, unless ``samples``
     already hold expert roll-outs: then every iteration rolls the policy out); saves the policy
     like ``replay_train.train_replay`` (zip + json + curve) and, with ``save_samples_to``, the
@@ -401,9 +415,12 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                          f"temperature={temperature}: need horizon >= 0, iters >= 0, worlds_per_iter >= 1, temperature > 0")
     if balance not in BALANCES:
         raise ValueError(f"train_imitation: balance={balance!r}: expected one of {BALANCES}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"train_imitation: objective={objective!r}: expected one of {OBJECTIVES}")
     # a run with the default continuation and balance records what runs before it did (its files stay byte for byte)
     other = ({} if continuation == "causal" else {"continuation": continuation}) | \
-        ({} if balance == "decisions" else {"balance": balance})
+        ({} if balance == "decisions" else {"balance": balance}) | \
+        ({} if objective == "soft" else {"objective": objective})
     tr = Trainer(cfg, seed, hidden, {"tie": tie, "iters": iters, "worlds_per_iter": worlds_per_iter,
                                      "horizon": horizon, **other})
     rng = np.random.default_rng([seed, 5151])
@@ -420,7 +437,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
     t0 = time.perf_counter()
     start_fit: dict[str, Any] | None = None
     if data:
-        losses = tr.fit(data, epochs, seed, temperature, balance)
+        losses = tr.fit(data, epochs, seed, temperature, balance, objective)
         start_fit = {"samples": len(data), "final_loss": losses[-1], "train_accuracy": accuracy(tr.policy, data),
                      "wall_s": round(time.perf_counter() - t0, 1)}
         if verbose:
@@ -434,7 +451,7 @@ def train_imitation(cfg: ReplayEnvConfig, seed: int, out: Path, iters: int = 3, 
                               horizon, continuation)
             data.extend(s)
             moved += sum(x.label != cfg.action.noop_global for x in s)
-        losses = tr.fit(data, epochs, seed + it, temperature, balance)
+        losses = tr.fit(data, epochs, seed + it, temperature, balance, objective)
         labels = np.bincount([x.label for x in data], minlength=len(cfg.action.global_scales))
         acc = accuracy(tr.policy, data)
         log.append({"iter": it, "worlds": len(worlds), "samples": len(data), "moved_labels": int(moved),

@@ -90,6 +90,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--temperature", type=float, default=0.02,
                    help="replay, imitate: the policy is fitted to exp(-regret / T) over the scales (imitate.soft_targets); "
                         "small T = the expert's label")
+    r.add_argument("--fit", default="soft", choices=["soft", "regret"],
+                   help="replay, imitate: fit the global head to the soft targets exp(-regret / T) by cross-entropy, "
+                        "or regress its logits on -regret / T so the policy acts on the least expected regret "
+                        "(imitate.fit)")
     r.add_argument("--balance", default="decisions", choices=["decisions", "worlds"],
                    help="replay, imitate: weigh every decision equally, or every training world (job) equally "
                         "whatever its number of decisions (imitate.world_weights)")
@@ -221,7 +225,7 @@ def _run_replay(args: argparse.Namespace) -> int:
                                tie=args.noop_bonus, samples=start, horizon=args.horizon,
                                save_samples_to=args.save_samples or None, verbose=not args.quiet,
                                temperature=args.temperature, continuation=args.continuation, balance=args.balance,
-                               command="dynamix " + " ".join(sys.argv[1:]))
+                               objective=args.fit, command="dynamix " + " ".join(sys.argv[1:]))
         last = meta["dagger"][-1] if meta["dagger"] else "none (fitted to --samples)"
         print(f"saved {args.out} in {meta['wall_s']:.0f}s; DAgger {last}")
         return 0

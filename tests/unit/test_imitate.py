@@ -123,6 +123,36 @@ def test_fit_learns_a_feature_dependent_label():
     assert picks == [s.label for s in samples[:50]]
 
 
+def test_the_regret_fit_acts_on_the_least_expected_regret_where_the_soft_fit_acts_on_the_most_often_best():
+    """One observation, two kinds of outcome it cannot tell apart: 70% of the time scale 0 is best and
+    scale 1 costs 2%, 30% of the time scale 0 costs 10% and scale 1 is best (scale 2 always 10%).
+    Scale 0 is the best more often (the soft targets' mean favours it: 0.51 against 0.49 at T = 0.02);
+    scale 1 has the lower expected regret (1.4% against 3%). ``objective="regret"`` picks scale 1,
+    ``"soft"`` scale 0 (a regression that fell back to the soft targets, or the wrong sign, fails)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dynamix_hvd.controllers.policy.net import RowNet
+    rng = np.random.default_rng(2)
+    F, samples = 4, []
+    for i in range(300):
+        obs = np.zeros((3, F + 1), np.float32)
+        obs[:, 0] = 1.0
+        obs[:, 1:] = rng.normal(size=(3, F)) * 0.01
+        reg = np.array([0.0, 0.02, 0.1] if i % 10 < 7 else [0.1, 0.0, 0.1], np.float32)
+        samples.append(Sample(obs, int(np.argmin(reg)), reg, "w"))
+    picks = {}
+    for objective in ("soft", "regret"):
+        torch.manual_seed(0)
+        net = RowNet(F + 1, 16, 5, 3, 32)
+        fit(SimpleNamespace(mlp_extractor=net), samples, k=2, epochs=15, seed=0, objective=objective)
+        picks[objective] = np.mean([net.act_rows(s.obs[:, 1:])[1] for s in samples[:40]])
+    assert picks == {"soft": 0.0, "regret": 1.0}, picks
+    with pytest.raises(ValueError, match="objective='mse'"):
+        fit(SimpleNamespace(mlp_extractor=net), samples, k=2, epochs=1, objective="mse")
+
+
 def test_world_weights_count_each_training_job_once():
     from dynamix_hvd.agent.imitate import world_weights
     obs, reg = np.ones((2, 3), np.float32), np.zeros(3, np.float32)
