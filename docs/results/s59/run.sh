@@ -53,3 +53,6 @@ cp runs/s58/yolo_cache.json runs/s59/yolo_cache.json
 D eval-replay --workloads benchmarks/heldout_workloads/yolov3 --seeds 20 --seed-offset 5 --traces none,job_3_norm,cov:coefficient_variation \
   --workers 8,32 --jobs 2 --cache runs/s59/yolo_cache.json --policy=po0=$INC --policy=cem=runs/s59/cem/final.zip \
   --policy=s8sh16=runs/s59/shift_s8_16.zip --policy=s8=runs/s59/rfsoft_s8_box.zip > docs/results/s59/eval_yolov3.txt
+# 9. the refits' modes (grow on cifar10 / deepspeech2 or not), read from the validation outputs above
+.venv/bin/python docs/results/s59/refit_modes.py docs/results/s59/refits_same_aggregate.txt docs/results/s59/refits20.txt \
+  docs/results/s59/select_draws.txt > docs/results/s59/refit_modes.txt
