@@ -49,10 +49,23 @@ for s in (8, 10):
         o = np.zeros(8); o[4] = o[5] = d; with_offset(Path(f'runs/s59/rfsoft_s{s}_box.zip'), o, Path(f'runs/s59/shift_s{s}_{int(d * 100)}.zip'))"
 val runs/s59/shift_s8_8.zip runs/s59/shift_s8_16.zip runs/s59/shift_s10_8.zip runs/s59/shift_s10_16.zip > docs/results/s59/shift_off_refits.txt
 # 8. held out: YOLOv3 x seeds 5-24 (goodput's episodes from runs/s58/yolo_cache.json)
-cp runs/s58/yolo_cache.json runs/s59/yolo_cache.json
+cp runs/s58/yolo_cache.json runs/s59/yolo_cache.json   # (step 10 reuses it)
 D eval-replay --workloads benchmarks/heldout_workloads/yolov3 --seeds 20 --seed-offset 5 --traces none,job_3_norm,cov:coefficient_variation \
   --workers 8,32 --jobs 2 --cache runs/s59/yolo_cache.json --policy=po0=$INC --policy=cem=runs/s59/cem/final.zip \
   --policy=s8sh16=runs/s59/shift_s8_16.zip --policy=s8=runs/s59/rfsoft_s8_box.zip > docs/results/s59/eval_yolov3.txt
 # 9. the refits' modes (grow on cifar10 / deepspeech2 or not), read from the validation outputs above
 .venv/bin/python docs/results/s59/refit_modes.py docs/results/s59/refits_same_aggregate.txt docs/results/s59/refits20.txt \
   docs/results/s59/select_draws.txt > docs/results/s59/refit_modes.txt
+# 10. labels priced by goodput's continuation (--continuation goodput) with the default's recipe, its aggregate kept
+#     (2,022 s, alone on one core after the first iteration), six refits of it, validation; then the draw on the test
+#     seeds 5-44 and YOLOv3 (goodput's and the default's episodes from runs/s58's caches)
+D train-policy $RECIPE --dagger-iters 3 --continuation goodput --seed 0 --save-samples runs/s59/agg_cg_s0.npz --out runs/s59/cg_s0.zip
+box runs/s59/cg_s0
+for s in 1 2 3 4 5 6; do D train-policy ${RECIPE} --dagger-iters 0 --samples runs/s59/agg_cg_s0.npz --continuation goodput --seed $s \
+  --out runs/s59/rfcg_s$s.zip; box runs/s59/rfcg_s$s; done
+val runs/s59/cg_s0_box.zip $(for s in 1 2 3 4 5 6; do echo runs/s59/rfcg_s${s}_box.zip; done) > docs/results/s59/refits_cg.txt
+cp runs/s58/eval_cache.json runs/s59/eval_cache.json
+D eval-replay --seeds 40 --seed-offset 5 --jobs 2 --cache runs/s59/eval_cache.json --traces none,job_3_norm,cov:coefficient_variation \
+  --workers 8,32 --policy=po0=$INC --policy=cg0=runs/s59/cg_s0_box.zip > docs/results/s59/eval_cg_5_40.txt
+D eval-replay --workloads benchmarks/heldout_workloads/yolov3 --seeds 20 --seed-offset 5 --traces none,job_3_norm,cov:coefficient_variation \
+  --workers 8,32 --jobs 2 --cache runs/s59/yolo_cache.json --policy=po0=$INC --policy=cg0=runs/s59/cg_s0_box.zip > docs/results/s59/eval_cg_yolov3.txt
