@@ -21,6 +21,8 @@ for s in 0 5; do D train-policy $RECIPE --dagger-iters 3 --noop-bonus 0.003 --se
 for s in 0 5; do D train-policy $RECIPE --dagger-iters 3 --fit regret --seed $s --out runs/s59/rg_s$s.zip; box runs/s59/rg_s$s; done
 # 2. the default's recipe again with its DAgger aggregate saved (the policy is pass_only_s0 byte for byte: same weights)
 D train-policy $RECIPE --dagger-iters 3 --seed 0 --save-samples runs/s59/agg_po_s0.npz --out runs/s59/sv_s0.zip
+# (and rg_s0 again with its aggregate kept, svrg_s0 / agg_rg_s0.npz: run beside it, not used further)
+D train-policy $RECIPE --dagger-iters 3 --fit regret --seed 0 --save-samples runs/s59/agg_rg_s0.npz --out runs/s59/svrg_s0.zip
 # 3. refits of that one aggregate (no DAgger iteration, 31-37 s each with the box): soft (the recipe) and regret, paired by seed
 for s in 0 1 2 3 4 5 6; do
   D train-policy ${RECIPE} --dagger-iters 0 --samples runs/s59/agg_po_s0.npz --seed $s --out runs/s59/rfsoft_s$s.zip; box runs/s59/rfsoft_s$s
