@@ -17,6 +17,7 @@ import numpy as np
 
 from dynamix_hvd.controllers.policy.actions import ANCHORS, ActionConfig
 from dynamix_hvd.agent.env import EnvConfig, make_env
+from dynamix_hvd.agent.imitate import BALANCES, OBJECTIVES
 from dynamix_hvd.agent.reward import RewardWeights
 from dynamix_hvd.agent.run_files import save_run
 from dynamix_hvd.agent.sim import SimConfig
@@ -90,11 +91,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--temperature", type=float, default=0.02,
                    help="replay, imitate: the policy is fitted to exp(-regret / T) over the scales (imitate.soft_targets); "
                         "small T = the expert's label")
-    r.add_argument("--fit", default="soft", choices=["soft", "regret"],
+    r.add_argument("--fit", default="soft", choices=OBJECTIVES,
                    help="replay, imitate: fit the global head to the soft targets exp(-regret / T) by cross-entropy, "
                         "or regress its logits on -regret / T so the policy acts on the least expected regret "
                         "(imitate.fit)")
-    r.add_argument("--balance", default="decisions", choices=["decisions", "worlds"],
+    r.add_argument("--balance", default="decisions", choices=BALANCES,
                    help="replay, imitate: weigh every decision equally, or every training world (job) equally "
                         "whatever its number of decisions (imitate.world_weights)")
     r.add_argument("--save-samples", default="",

@@ -22,9 +22,10 @@ import numpy as np
 import torch
 
 from dynamix_hvd.agent.select_draw import validate
+from dynamix_hvd.controllers.policy.actions import ActionConfig
+from dynamix_hvd.controllers.policy.io import load_policy
 
 KEY = "mlp_extractor.global_pi.bias"
-NOOP = 2
 WORKLOADS = ["bert", "cifar10", "deepspeech2", "ncf"]
 TRACES = ["none", "job_2_norm", "cov:coefficient_variation"]
 WORKERS = [8, 16, 32]
@@ -52,6 +53,7 @@ def main() -> None:
     pop = int(sys.argv[4]) if len(sys.argv) > 4 else 8
     seeds = list(range(2000, 2000 + (int(sys.argv[5]) if len(sys.argv) > 5 else 4)))
     cache = str(outdir / "tune_cache.json")
+    NOOP = ActionConfig.from_dict(load_policy(base)[1]["action"]).noop_global    # the no-op's logit stays
     rng = np.random.default_rng(59)
     mu, sigma = np.zeros(8), np.full(8, 0.05)
     mu[NOOP] = sigma[NOOP] = 0.0
