@@ -32,6 +32,9 @@ class DynamixConfig:
     min_decision_s: float = 0.5          # ... and at least this many seconds of steps apart (short steps:
                                          # more steps per interval; 0: exactly interval_steps)
     warmup_steps: int = 0                # no decision before this step
+    decision_lag: int = 0                # steps every rank trains while rank 0's controller decides in a thread
+                                         # (inflight.py); the plan is broadcast after them and applies that many
+                                         # steps later. 0: every rank waits at the decision for the controller
     first_decision_steps: int = 5        # the first decision of a job (and after a restore or resize) comes
                                          # after this many steps (at most interval_steps): on a cluster that is
                                          # uneven from the start, every step before it runs at static's speed
@@ -97,6 +100,8 @@ class DynamixConfig:
         need(isinstance(self.min_decision_s, (int, float)) and not isinstance(self.min_decision_s, bool)
              and 0 <= self.min_decision_s <= 3600, "min_decision_s", "a number of seconds in [0, 3600]")
         need(is_int(self.warmup_steps) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
+        need(is_int(self.decision_lag) and 0 <= self.decision_lag <= 64, "decision_lag",
+             "an integer in [0, 64] (steps trained while rank 0 decides)")
         need(is_int(self.first_decision_steps) and self.first_decision_steps >= 2, "first_decision_steps",
              "an integer >= 2 (the first step is a warm-up and is not measured)")
         need(is_int(self.min_batch) and self.min_batch >= 1, "min_batch", "an integer >= 1")

@@ -30,6 +30,7 @@ from dynamix_hvd.controllers import Controller
 from dynamix_hvd.data import ExactOnceSampler, PlanLog, StepSlice
 from dynamix_hvd.decide import Decider
 from dynamix_hvd.errors import DynamixError, OutOfMemoryError
+from dynamix_hvd.inflight import DecideThread, InFlight
 from dynamix_hvd.localstate import LocalState
 from dynamix_hvd.lr import LRScaler
 from dynamix_hvd.observe import EpochProgress, RunLogger
@@ -86,6 +87,8 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self.base_global_batch = cfg.base_global_batch or cfg.base_batch * self.world
         self.log = RunLogger(cfg.run_dir if self.rank == 0 else None, tensorboard=cfg.tensorboard)
         self._decider = self._make_decider(controller) if self.rank == 0 else None
+        self._decide_thread = DecideThread()   # rank 0's controller beside training (decision_lag >= 1)
+        self._inflight: InFlight | None = None
         self.lr = LRScaler(cfg.lr_rule)
         self.lag_steps = 0          # steps a DataLoader generates ahead (agreed by all ranks)
         self.progress = EpochProgress(dataset_size, enabled=cfg.progress and self.rank == 0)
@@ -102,7 +105,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
 
     def _track(self) -> None:
         self._res.update(log=self.log, progress=self.progress, comm=self.comm, collector=self.collector,
-                         excepthook=self._excepthook, watchdog=self._watchdog)
+                         excepthook=self._excepthook, watchdog=self._watchdog, decide_thread=self._decide_thread)
 
     def _make_decider(self, controller: Controller | None) -> Decider:
         return Decider(self.config, self.bounds, self.base_global_batch, controller, log_event=self.log.event)
@@ -236,7 +239,10 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         loc = self.local
         sl, before = loc.record_step(t_entry, self._reduced_grads)
         step = sl.step
-        if loc.due(step):
+        if self._inflight is not None:
+            if step >= self._inflight.finish_step:
+                self._finish_decision(step)
+        elif loc.due(step):
             self._decide(step)
         after = self.sampler.plans.at(step + 1)
         cfg = self.config
@@ -257,6 +263,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
             raise DynamixError(f"rank(s) {np.flatnonzero(oom).tolist()} ran out of memory at batch sizes "
                                f"{oom[oom > 0].astype(int).tolist()}; redoing a step is not possible while a "
                                "DataLoader prefetches (num_workers > 0): lower max_batch or use num_workers=0")
+        self._drop_decision()      # (planned on the caps and the plan the re-split replaces)
         loc = self.local
         sl = loc.current[0]  # type: ignore[index]
         self.bounds, plan = oom_replan(oom, self.bounds, self.sampler.plans, sl, self.config.quantum)
@@ -288,51 +295,88 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         return encode_row(ws, self.local.gns.sum_tc, self.local.gns.sum_tg)
 
     def _decide(self, step: int) -> None:
+        """Gather the rows after ``step``; rank 0's controller decides; the plan is broadcast and
+        applied: all after ``step`` (``decision_lag`` 0, and every early decision: a rank flagged
+        a change, so the plan should not wait), or after ``step + decision_lag`` with the
+        controller in rank 0's decide thread while every rank trains on (inflight.py)."""
+        self._inflight = self._start_decision(step)
+        if self._inflight.finish_step <= step:
+            self._finish_decision(step)
+
+    def _start_decision(self, step: int) -> InFlight:
         loc, d = self.local, self._decider
+        lag = self.config.decision_lag if loc.react_ranks is None else 0    # (react_ranks: the same on every rank)
         rows = self.comm.gather_rows(self._worker_row(step))
-        proposal: Plan | None = None
-        record: dict[str, Any] = {}
-        next_due = 0
+        fl = InFlight(step, step + lag)
         if d is not None:
             assert rows is not None
             workers, extras = decode_rows(rows)
             loc.gns.update(extras[:, 0], extras[:, 1])
             glob = d.global_stats(step, loc.gns.estimator, loc.meter.mean_loss(),
                                   loc.meter.throughput(loc.recent_steps()))
-            record = {"t": time.perf_counter() - self._t_start, "step": step + 1}
+            fl.record = {"t": time.perf_counter() - self._t_start, "step": step + 1}
             if loc.react_ranks is not None:
-                record["early"] = {"ranks": loc.react_ranks}
-            proposal = d.decide(workers, glob, self.sampler.plans.latest, step + 1 + self.lag_steps, record)
-            next_due = step + 1 + self.config.next_interval(loc.meter.means()[2])
+                fl.record["early"] = {"ranks": loc.react_ranks}
+            fl.next_due = step + 1 + self.config.next_interval(loc.meter.means()[2])
+            fl.job = self._decide_thread.run(d.decide, workers, glob, self.sampler.plans.latest,
+                                             step + 1 + lag + self.lag_steps, fl.record, threaded=lag > 0)
         else:
             loc.gns.reset_interval()
-        plan, loc.next_due = self.comm.bcast_plan(proposal, next_due)
+        loc.decided(step + 1)
+        if lag > 0:   # until the broadcast brings rank 0's: the same on every rank
+            loc.next_due = step + 1 + self.config.interval_steps
+        return fl
+
+    def _finish_decision(self, step: int) -> None:
+        """Broadcast the plan of the decision in flight (rank 0 waits for its controller first)
+        and apply it; collective. ``step``: the step trained last."""
+        fl, self._inflight = self._inflight, None
+        assert fl is not None
+        d = self._decider
+        plan, self.local.next_due = self.comm.bcast_plan(fl.proposal(), fl.next_due)
         if self.config.lr_rule == "adascale":   # every rank scales its LR from rank 0's estimate
-            est = loc.gns.estimator
+            est = self.local.gns.estimator
             est.s_ema, est.g2_ema = self.comm.bcast_object((est.s_ema, est.g2_ema) if d is not None else None)
         if plan.version != self.sampler.plans.latest.version:
             self.sampler.plans.add(plan)
             if d is not None:
-                d.applied(plan, self.sampler.plans.at(step))
+                d.applied(plan, self.sampler.plans.at(fl.step))
         self.sampler.plans.prune(step)
         if d is not None:
-            self.log.decision(record, lr=float(self.optimizer.param_groups[0]["lr"]))
-        loc.decided(step + 1)
+            self.log.decision(fl.record, lr=float(self.optimizer.param_groups[0]["lr"]))
+
+    def _drop_decision(self) -> None:
+        """Forget the decision in flight (every rank, at the same step: out-of-memory re-plan,
+        restore, world change): rank 0 waits for its controller and discards the plan."""
+        fl, self._inflight = self._inflight, None
+        if fl is not None:
+            fl.settle()
+
+    def _settle_decision(self) -> None:
+        """Rank 0's controller is not deciding after this (its state may be read); the plan
+        stays in flight."""
+        if self._inflight is not None:
+            self._inflight.settle()
 
     # =====================================================================================
     # checkpoint, resizing, shutdown (lifecycle.py)
     def state_dict(self) -> dict[str, Any]:
+        """The hook's part of a checkpoint. A decision in flight (``decision_lag``) is not in it
+        unless ``save()`` wrote it (save broadcasts it first: it is collective, this is not)."""
+        self._settle_decision()
         return lifecycle.hook_state(self)
 
     def load_state_dict(self, state: dict[str, Any], allow_resize: bool = False) -> None:
         """Restore ``state_dict()``. With ``allow_resize`` a state written by another number of
         ranks is accepted and the plan is recomputed for this world."""
+        self._drop_decision()
         lifecycle.restore_hook_state(self, state, allow_resize)
 
     def adapt_to_world(self) -> None:
         """Re-plan for the current world size (after a resized checkpoint or an elastic reset):
         the global batch kept and split evenly from the next untrained step on, the controller
         rebuilt on the (possibly new) rank 0; the sampler keeps its position (exact-once)."""
+        self._drop_decision()
         lifecycle.adapt_to_world(self)
 
     def save(self, path: str | os.PathLike[str], **extra: Any) -> bool:
@@ -340,6 +384,8 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         follows ``checkpoint_on_error`` (lifecycle.save); True when written."""
         if self.local.current is not None:
             raise DynamixError("save() in the middle of a step: call it after optimizer.step()")
+        if self._inflight is not None:    # (collective, like save: the checkpoint holds its plan)
+            self._finish_decision(self.step_count - 1)
         return lifecycle.save(path, self.rank, lambda: {"dynamix": self.state_dict(), "model": self.model.state_dict(),
                                                         "optimizer": self.optimizer.state_dict(), **extra},
                               self.log.flush, self.comm.barrier, hook=self)
@@ -365,6 +411,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
 def _release(res: dict[str, Any]) -> None:
     if res.get("collector") is not None:
         res["collector"].stop()
+    res["decide_thread"].close()
     res["log"].close()
     res["progress"].close()
     res["comm"].free()

@@ -34,14 +34,14 @@ class SlowsDown:
         time.sleep(max((0.100 if slow else 0.020) - elapsed_s, 0.0))
 
 
-def _run(comm, tmp_path_factory, react: bool):
+def _run(comm, tmp_path_factory, react: bool, lag: int = 0):
     rank, world = comm.Get_rank(), comm.Get_size()
     run_dir = comm.bcast(str(tmp_path_factory.mktemp("react")) if rank == 0 else None, root=0)
     x, y = make_data(n=16 * world * 100)
     model = make_model()
     cfg = DynamixConfig(base_batch=16, interval_steps=K, first_decision_steps=K, max_batch=64, controller="proportional",
                         collector=False,
-                        run_dir=run_dir, tensorboard=False, react=react)
+                        run_dir=run_dir, tensorboard=False, react=react, decision_lag=lag)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
     emu = SlowsDown(rank, world)
     optimizer = dyn.optimizer
@@ -67,9 +67,11 @@ def _run(comm, tmp_path_factory, react: bool):
     return comm.bcast(records, root=0), plan
 
 
-def test_a_slowdown_brings_the_decision_forward(comm, tmp_path_factory):
+@pytest.mark.parametrize("lag", [0, 2])
+def test_a_slowdown_brings_the_decision_forward(comm, tmp_path_factory, lag):
+    """(lag: ``decision_lag``, which an early decision does not wait for)"""
     world = comm.Get_size()
-    records, plan = _run(comm, tmp_path_factory, react=True)
+    records, plan = _run(comm, tmp_path_factory, react=True, lag=lag)
     early = [r for r in records if "early" in r]
     # one decision for one change: a rank that confirms it a step later does not ask again
     assert len(early) == 1, [(r["step"], r["early"]) for r in early]
@@ -87,6 +89,7 @@ def test_a_slowdown_brings_the_decision_forward(comm, tmp_path_factory):
     if world > 1:
         # proportional re-splits at the early decision: the slow rank gets the smallest batch
         assert first["next_plan"]["batch_sizes"][world - 1] == min(first["next_plan"]["batch_sizes"])
+        assert first["next_plan"]["start_step"] == first["step"]       # from the next step, whatever the lag
         assert plan.batch_sizes[world - 1] < 16
     # the regular decision at step K, less than half an interval after the early one, was skipped
     assert K - first["step"] < K // 2

@@ -112,6 +112,7 @@ def test_lr_scaler_composes_with_user_lr():
     ("base_batch", True, "base_batch=True"), ("quantum", 2.5, "quantum"),
     ("react", "yes", "react='yes'"), ("react_tol", 0, "react_tol=0"),
     ("first_decision_steps", 1, "first_decision_steps=1"), ("first_decision_steps", 2.0, "first_decision_steps"),
+    ("decision_lag", -1, "decision_lag=-1"), ("decision_lag", 65, "decision_lag=65"), ("decision_lag", 1.0, "decision_lag"),
 ])
 def test_config_errors_name_field_and_value(field, value, expect):
     with pytest.raises(ConfigError, match=expect):

@@ -1,0 +1,70 @@
+"""A decision in flight: the part of a decision between the gather of the rows and the broadcast
+of the plan (core.DynamixCore._start_decision / _finish_decision).
+
+With ``decision_lag`` = 0 nothing is in flight across steps: every rank waits at the broadcast
+while rank 0's controller decides, as before. With ``decision_lag`` = D >= 1 rank 0 hands the
+gathered state to its decide thread (one worker, started on the first decision), every rank trains
+D more steps, and the plan is broadcast after step ``gathered + D`` and takes effect D steps later
+than it would have. What the training loop waits for at a decision is then the gather and the
+broadcast; the controller's time overlaps the steps (on a GPU node the CPU is mostly idle during
+them; on a CPU-only node it shares the cores with the step).
+
+Every rank keeps an ``InFlight`` (same ``finish_step`` on all: it is computed from the config);
+only rank 0's holds the controller's result. A fault in the thread is re-raised on rank 0 when the
+plan is due, so one failing rank still ends the job (lifecycle.AbortOnUncaught).
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from dynamix_hvd.plan import Plan
+
+
+@dataclass
+class InFlight:
+    """One decision between gather and broadcast."""
+
+    step: int                     # the step after which the rows were gathered
+    finish_step: int              # the step after which the plan is broadcast (step + decision_lag)
+    next_due: int = 0             # rank 0: the step of the next regular decision (broadcast with the plan)
+    job: "Future[Plan] | None" = None   # rank 0: the controller's proposal (done at once when the lag is 0)
+    record: dict[str, Any] = field(default_factory=dict)   # rank 0: the decision record the controller fills
+
+    def proposal(self) -> Plan | None:
+        """Rank 0: the controller's plan, waiting for the thread if it is still deciding (its
+        exception, if it raised, is raised here); None on the other ranks."""
+        return self.job.result() if self.job is not None else None
+
+    def settle(self) -> None:
+        """Wait until the controller is done (rank 0), keeping the result: after this nothing
+        else uses the controller, so its state can be read (a checkpoint) or changed."""
+        if self.job is not None:
+            self.job.exception()
+
+
+class DecideThread:
+    """Rank 0's decide thread: one worker, started lazily, so a run with ``decision_lag`` 0 has no
+    extra thread. ``run`` with ``threaded`` False calls the function at once (a done Future)."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+
+    def run(self, fn: Callable[..., Plan], *args: Any, threaded: bool) -> "Future[Plan]":
+        if not threaded:
+            fut: Future[Plan] = Future()
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - re-raised by InFlight.proposal
+                fut.set_exception(exc)
+            return fut
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynamix-decide")
+        return self._pool.submit(fn, *args)
+
+    def close(self) -> None:
+        """Wait for a running decision and stop the worker (idempotent)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
