@@ -88,7 +88,8 @@ def step_times(controller: str, interval: int, steps: int) -> np.ndarray:
     model = DDP(torch.nn.Linear(16, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=16, controller=controller, interval_steps=interval,
-                  min_decision_s=0, guard_patience=10**9)
+                  min_decision_s=0, guard_patience=10**9,
+                  decision_lag=0)   # the waiting decision (benchmarks/bench_decision_lag.py: the lagged one)
     times = []
     it = dyn.batches(0)
     for idx in it:

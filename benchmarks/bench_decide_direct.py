@@ -31,7 +31,8 @@ def measure(controller: str, decisions: int, between: int) -> np.ndarray:
     x, y = torch.randn(200000, 16), torch.randint(0, 4, (200000,))
     model = torch.nn.Linear(16, 4)
     kw = {"base_batch": 16, "controller": controller, "interval_steps": 10**9, "min_decision_s": 0,
-          "collector": True, "guard_patience": 10**9}
+          "collector": True, "guard_patience": 10**9,
+          "decision_lag": 0}   # the whole decision in the timed call (bench_decision_lag.py: the lagged one)
     known = DynamixConfig.__dataclass_fields__    # (the older hook has no min_decision_s)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.01), dataset_size=len(x),
                   **{k: v for k, v in kw.items() if k in known})

@@ -27,7 +27,8 @@ def measure(controller: str, interval: int, steps: int) -> np.ndarray:
     model = torch.nn.Linear(16, 4)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.01), dataset_size=len(x), base_batch=16,
                   controller=controller, interval_steps=interval, min_decision_s=0, collector=True,
-                  guard_patience=10**9)  # measure the controller itself, not the fallback
+                  guard_patience=10**9,  # measure the controller itself, not the fallback
+                  decision_lag=0)        # the waiting decision (bench_decision_lag.py: the lagged one)
     times = []
     optimizer = dyn.optimizer
     for idx in dyn.batches(0):

@@ -102,6 +102,7 @@ def main() -> None:
                   controller="ppo", finetune=True, finetune_steps=args.finetune_steps, interval_steps=1,
                   min_decision_s=0.0, collector=True, run_dir=run_dir, max_batch=64,
                   guard_patience=10**6,       # no fallback to proportional: PPO and its fine-tuning all the way
+                  decision_lag=0,             # a decision after every step
                   metrics_fn=lambda ws: decisions.__setitem__(0, decisions[0] + 1))
     total = args.warmup + args.decisions
     marks: list[tuple[int, float, int]] = []        # (decisions, seconds, RSS)

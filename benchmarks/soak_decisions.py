@@ -38,7 +38,7 @@ def main() -> None:
     run_dir = tempfile.mkdtemp(prefix="dynamix-soak-") if hvd.rank() == 0 else None
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.01), dataset_size=n, base_batch=16,
                   controller=args.controller, interval_steps=1, collector=True, run_dir=run_dir,
-                  max_batch=64)
+                  max_batch=64, decision_lag=0)     # a decision after every step
     rss0 = None
     decisions = 0
     for idx in dyn.batches(0):

@@ -6,7 +6,9 @@ per-step flags beside the gradients, and the collectives' transport (comm.py).
     batches / loader   this rank's micro-batches (local state, sampler)
     report             loss trend, out-of-memory report
     _after_update      after the optimizer's update: record the step in O(1), decide when due
-                       (gather rows -> rank 0 decides -> broadcast the plan), LR rule, checkpoint
+                       (gather rows -> rank 0 decides -> broadcast the plan; with decision_lag the
+                       broadcast that many steps later, the controller in rank 0's thread:
+                       inflight.py), LR rule, checkpoint
     _replan_after_oom  a rank ran out of memory: lower its cap and redo the same step
     state_dict / save / load / adapt_to_world / close
 """
@@ -240,9 +242,11 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         sl, before = loc.record_step(t_entry, self._reduced_grads)
         step = sl.step
         if self._inflight is not None:
-            if step >= self._inflight.finish_step:
+            if loc.react_ranks is not None:     # a rank flagged a change: decide on it now, not on older rows
+                self._drop_decision("a rank flagged a change")
+            elif step >= self._inflight.finish_step:
                 self._finish_decision(step)
-        elif loc.due(step):
+        if self._inflight is None and loc.due(step):
             self._decide(step)
         after = self.sampler.plans.at(step + 1)
         cfg = self.config
@@ -263,7 +267,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
             raise DynamixError(f"rank(s) {np.flatnonzero(oom).tolist()} ran out of memory at batch sizes "
                                f"{oom[oom > 0].astype(int).tolist()}; redoing a step is not possible while a "
                                "DataLoader prefetches (num_workers > 0): lower max_batch or use num_workers=0")
-        self._drop_decision()      # (planned on the caps and the plan the re-split replaces)
+        self._drop_decision("out of memory")      # (planned on caps and a plan the re-split replaces)
         loc = self.local
         sl = loc.current[0]  # type: ignore[index]
         self.bounds, plan = oom_replan(oom, self.bounds, self.sampler.plans, sl, self.config.quantum)
@@ -345,12 +349,15 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         if d is not None:
             self.log.decision(fl.record, lr=float(self.optimizer.param_groups[0]["lr"]))
 
-    def _drop_decision(self) -> None:
-        """Forget the decision in flight (every rank, at the same step: out-of-memory re-plan,
-        restore, world change): rank 0 waits for its controller and discards the plan."""
+    def _drop_decision(self, reason: str) -> None:
+        """Forget the decision in flight (every rank, at the same step: an early decision, an
+        out-of-memory re-plan, a restore, a world change): rank 0 waits for its controller,
+        discards the plan and logs the event."""
         fl, self._inflight = self._inflight, None
         if fl is not None:
             fl.settle()
+            if self._decider is not None:
+                self.log.event({"step": self.step_count, "decision_dropped": {"gathered": fl.step + 1, "reason": reason}})
 
     def _settle_decision(self) -> None:
         """Rank 0's controller is not deciding after this (its state may be read); the plan
@@ -369,14 +376,14 @@ class DynamixCore(lifecycle.DeprecatedLoop):
     def load_state_dict(self, state: dict[str, Any], allow_resize: bool = False) -> None:
         """Restore ``state_dict()``. With ``allow_resize`` a state written by another number of
         ranks is accepted and the plan is recomputed for this world."""
-        self._drop_decision()
+        self._drop_decision("restore")
         lifecycle.restore_hook_state(self, state, allow_resize)
 
     def adapt_to_world(self) -> None:
         """Re-plan for the current world size (after a resized checkpoint or an elastic reset):
         the global batch kept and split evenly from the next untrained step on, the controller
         rebuilt on the (possibly new) rank 0; the sampler keeps its position (exact-once)."""
-        self._drop_decision()
+        self._drop_decision("world change")
         lifecycle.adapt_to_world(self)
 
     def save(self, path: str | os.PathLike[str], **extra: Any) -> bool:

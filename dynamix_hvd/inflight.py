@@ -9,6 +9,11 @@ than it would have. What the training loop waits for at a decision is then the g
 broadcast; the controller's time overlaps the steps (on a GPU node the CPU is mostly idle during
 them; on a CPU-only node it shares the cores with the step).
 
+An early decision (a rank flagged a change) never waits: it drops a decision still in flight and
+decides at once; ``save()`` broadcasts one first; a restore, a world change and an out-of-memory
+re-split drop it (core.py). Every rank does the same at the same step, so no collective is left
+unmatched.
+
 Every rank keeps an ``InFlight`` (same ``finish_step`` on all: it is computed from the config);
 only rank 0's holds the controller's result. A fault in the thread is re-raised on rank 0 when the
 plan is due, so one failing rank still ends the job (lifecycle.AbortOnUncaught).

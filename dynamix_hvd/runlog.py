@@ -6,7 +6,8 @@ Files of a run directory (JSON lines unless said):
 - ``events.jsonl`` (rank 0, written by ``EventsWriter`` from ``observe.RunLogger``'s thread): one
   ``DecisionRecord`` per decision, and one ``EventRecord`` per event (``{"step", KIND: detail}``
   with KIND ``fallback`` (a controller could not be built), ``oom``, ``world_change`` or
-  ``checkpoint_error`` (a checkpoint write failed and ``checkpoint_on_error='continue'``));
+  ``checkpoint_error`` (a checkpoint write failed and ``checkpoint_on_error='continue'``) or
+  ``decision_dropped`` (a decision in flight, ``decision_lag``, discarded: why, and after which step it gathered));
 - ``rank<R>.jsonl`` (the bench worker, one ``StepRecord`` per step), ``evals.jsonl`` (the bench
   worker, one ``EvalRecord`` per evaluation) and ``summary.json`` (one JSON object, ``RunSummary``).
 
@@ -27,7 +28,7 @@ import numpy as np
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.records import GlobalStats, WorkerStats
 
-EVENT_KINDS = ("fallback", "oom", "world_change", "checkpoint_error")
+EVENT_KINDS = ("fallback", "oom", "world_change", "checkpoint_error", "decision_dropped")
 T = TypeVar("T")
 
 

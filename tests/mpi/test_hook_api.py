@@ -61,7 +61,7 @@ def test_new_loop_reports_loss_and_samples_gns(comm, tmp_path_factory):
                         run_dir=run_dir, tensorboard=False)
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
     finished = _record_sampled_steps(dyn)
-    _train(dyn, model, x, y, 200)
+    _train(dyn, model, x, y, 200 + dyn.config.decision_lag)   # (the decision after step 200 broadcast)
     noise = dyn.noise_scale
     dyn.close()
     if world > 1:
