@@ -39,7 +39,7 @@ def _hook(comm, lag: int, n: int = 1200, **kw):
     x, y = make_data(n=n)
     model = make_model()
     cfg = DynamixConfig(base_batch=9, interval_steps=4, min_decision_s=0, deadband=0.0, max_batch=64, seed=3,
-                        decision_lag=lag, collector=False, react=False, **kw)
+                        decision_lag=lag, collector=False, **{"react": False, **kw})
     bounds = PlanBounds(max_batch=(64,) * world, deadband=0.0)
     ctl = ThreadNoting(bounds, 9, uneven_script(world, 5)) if comm.Get_rank() == 0 else None
     dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg, controller=ctl)
@@ -160,3 +160,32 @@ def test_an_out_of_memory_re_split_drops_the_decision_in_flight(comm):
     assert sum(len(v) for v in noted) >= 1 and all(v[0] for v in noted if v), noted
     assert dyn.plan.batch_sizes[world - 1] <= 11
     dyn.close()
+
+
+def test_an_early_decision_drops_the_regular_one_in_flight_and_does_not_wait(comm, tmp_path_factory):
+    rank, world = comm.Get_rank(), comm.Get_size()
+    run_dir = comm.bcast(str(tmp_path_factory.mktemp("early")) if rank == 0 else None)
+    dyn, model, x, y = _hook(comm, 3, run_dir=run_dir, tensorboard=False, react=True)
+    flagged_at = None
+    for idx in dyn.batches(0):
+        step = dyn.current_slice.step
+        if flagged_at is None and step > 5 and dyn._inflight is not None:   # noqa: SLF001 - (on every rank)
+            flagged_at = step
+            if rank == world - 1:
+                dyn.local.react_flag = 1       # this rank's detector "fired" while a decision is in flight
+        dyn.optimizer.zero_grad()
+        F.cross_entropy(model(x[idx]), y[idx]).backward()
+        dyn.optimizer.step()
+        if flagged_at is not None and step >= flagged_at + 4:
+            break
+    dyn.close()
+    if rank == 0:
+        from dynamix_hvd.runlog import read_decisions, read_events
+        dropped = [e["decision_dropped"] for e in map(lambda r: r.to_dict(), read_events(run_dir))
+                   if "decision_dropped" in e]
+        early = [r.to_dict() for r in read_decisions(run_dir) if r.early is not None]
+        assert len(dropped) == 1 and dropped[0]["reason"] == "a rank flagged a change", dropped
+        assert len(early) == 1 and early[0]["early"]["ranks"] == [world - 1], early
+        assert early[0]["step"] > dropped[0]["gathered"]
+        if world > 1:                          # (one rank: the scripted sizes renormalise to the same plan)
+            assert early[0]["next_plan"]["start_step"] == early[0]["step"]   # from the next step: no lag
