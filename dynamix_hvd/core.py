@@ -409,7 +409,10 @@ class DynamixCore(lifecycle.DeprecatedLoop):
 
     def close(self) -> None:
         """Stop the collector, flush and close the run log, free the communicator, restore
-        ``sys.excepthook``. Idempotent; also run at garbage collection and interpreter exit."""
+        ``sys.excepthook``. Idempotent; also run at garbage collection and interpreter exit.
+        A decision still in flight (``decision_lag``) is dropped: its plan would apply to steps
+        not trained (a ``decision_dropped`` event, reason "closed")."""
+        self._drop_decision("closed")
         self._track()
         self._finalizer()
         self.collector = None
