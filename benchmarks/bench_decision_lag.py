@@ -87,12 +87,11 @@ def main() -> None:
         for r in range(args.rounds):
             order: list[int | None] = [None, *lags]
             order = order if r % 2 == 0 else order[::-1]
-            med = {v: step_time(name, v, args.steps, args.every, args.sleep_ms / 1e3)
-                   for v in order}
-            base_ms.append(1e3 * med[None])
+            mean_s = {v: step_time(name, v, args.steps, args.every, args.sleep_ms / 1e3) for v in order}
+            base_ms.append(1e3 * mean_s[None])
             for lag in lags:
-                step_ms[lag].append(1e3 * med[lag])
-                costs[lag].append(1e3 * (med[lag] - med[None]) * args.every)
+                step_ms[lag].append(1e3 * mean_s[lag])
+                costs[lag].append(1e3 * (mean_s[lag] - mean_s[None]) * args.every)
         if hvd.rank() == 0:
             for lag in lags:
                 c = costs[lag]

@@ -308,6 +308,8 @@ class DynamixCore(lifecycle.DeprecatedLoop):
             self._finish_decision(step)
 
     def _start_decision(self, step: int) -> InFlight:
+        """Gather the rows after ``step``; rank 0 starts its controller (in its decide thread when
+        the lag is > 0, else at once); a new interval begins. Collective."""
         loc, d = self.local, self._decider
         lag = self.config.decision_lag if loc.react_ranks is None else 0    # (react_ranks: the same on every rank)
         rows = self.comm.gather_rows(self._worker_row(step))
