@@ -1,9 +1,9 @@
 """What a decision costs the training loop, with every rank waiting for rank 0's controller
-(``decision_lag`` 0) and with the controller in rank 0's decide thread while the ranks train on
-(``decision_lag`` >= 1; dynamix_hvd/inflight.py).
+(``decision_lag`` 0), with the controller in rank 0's decide thread while the ranks train on
+(1), and with the rows (2) and the plan (>= 3) also travelling during steps (dynamix_hvd/inflight.py).
 
     mpirun --allow-run-as-root --oversubscribe -np 4 .venv/bin/python -m mpi4py \\
-        benchmarks/bench_decision_lag.py --controllers static,goodput,ppo --lags 0,1 [--sleep-ms 10]
+        benchmarks/bench_decision_lag.py --controllers static,goodput,ppo --lags 0,1,2,3 [--sleep-ms 10]
 
 A job trains the same small model with a decision every ``--every`` steps (``min_decision_s`` 0) and,
 in the same run, with no decision at all (``interval_steps`` 10**9); the variants are run in rounds

@@ -1,6 +1,13 @@
 """The collective layer: gather per-rank stats to rank 0 and broadcast the plan. Thin on purpose.
 Three transports with one interface: ``Comm`` (mpi4py), ``HorovodComm`` (Horovod's ops, Gloo
-jobs) and ``TorchComm`` (torch.distributed, torchrun + DDP jobs).
+jobs, and the Horovod engine's overlapped decisions) and ``TorchComm`` (torch.distributed,
+torchrun + DDP jobs).
+
+The gather and the plan's broadcast each come in two forms: blocking (``gather_rows``,
+``bcast_plan``) and started now, waited for later (``gather_rows_async``, ``bcast_plan_async``:
+a ``Pending`` whose ``wait()`` gives the same result), so a decision's messages can travel
+while the ranks train a step (``decision_lag`` >= 2, core.py). Every rank starts and waits for
+the same operations in the same order.
 
 Uses mpi4py on a duplicate of the communicator Horovod runs on (MPI_COMM_WORLD unless the
 user passed another), so dynamix messages never match Horovod's own. Fixed-size numpy
@@ -8,12 +15,25 @@ buffers (Gather/Bcast, no pickling) keep one decision in the tens of microsecond
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.wire import decode_plan, encode_plan, plan_buffer
+
+
+class Pending:
+    """A collective started on every rank; ``wait()`` (once) returns its result."""
+
+    def __init__(self, finish: Callable[[], Any]) -> None:
+        self._finish: Callable[[], Any] | None = finish
+
+    def wait(self) -> Any:
+        finish, self._finish = self._finish, None
+        if finish is None:
+            raise RuntimeError("dynamix: Pending.wait() called twice")
+        return finish()
 
 
 def _plan_out(size: int, rank: int, plan: Plan | None, next_due: int) -> np.ndarray:
@@ -51,6 +71,28 @@ class Comm:
         buf = _plan_out(self.size, self.rank, plan, next_due)
         self.comm.Bcast(buf, root=0)
         return decode_plan(buf)
+
+    def gather_rows_async(self, row: np.ndarray) -> Pending:
+        """``gather_rows`` as an MPI nonblocking gather (it progresses inside MPI calls: under
+        Horovod the engine uses ``HorovodComm``'s, which its background thread moves)."""
+        row = np.ascontiguousarray(row, dtype=np.float64)
+        out = np.empty((self.size, row.size), dtype=np.float64) if self.rank == 0 else None
+        req = self.comm.Igather(row, out, root=0)
+
+        def finish() -> np.ndarray | None:
+            req.Wait()
+            _ = row                           # (the send buffer lives until the gather is done)
+            return out
+        return Pending(finish)
+
+    def bcast_plan_async(self, plan: Plan | None, next_due: int = 0) -> Pending:
+        buf = _plan_out(self.size, self.rank, plan, next_due)
+        req = self.comm.Ibcast(buf, root=0)
+
+        def finish() -> tuple[Plan, int]:
+            req.Wait()
+            return decode_plan(buf)
+        return Pending(finish)
 
     def bcast_object(self, obj: Any) -> Any:
         return self.comm.bcast(obj, root=0)
@@ -108,6 +150,30 @@ class HorovodComm:
         buf = _plan_out(self.size, self.rank, plan, next_due)
         out = self.hvd.broadcast(torch.from_numpy(buf), root_rank=0, name="dynamix.plan")
         return decode_plan(out.tolist())
+
+    def gather_rows_async(self, row: np.ndarray) -> Pending:
+        """Horovod's background thread moves it while the ranks train (an allgather: Horovod has
+        no gather)."""
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(row, dtype=np.float64)).view(1, -1)
+        handle = self.hvd.allgather_async(t, name="dynamix.rows_async")
+
+        def finish() -> np.ndarray | None:
+            out = self.hvd.synchronize(handle).numpy()
+            return out if self.rank == 0 else None
+        return Pending(finish)
+
+    def bcast_plan_async(self, plan: Plan | None, next_due: int = 0) -> Pending:
+        import torch
+
+        buf = torch.from_numpy(_plan_out(self.size, self.rank, plan, next_due))
+        handle = self.hvd.broadcast_async_(buf, root_rank=0, name="dynamix.plan_async")
+
+        def finish() -> tuple[Plan, int]:
+            self.hvd.synchronize(handle)
+            return decode_plan(buf.numpy())
+        return Pending(finish)
 
     def bcast_object(self, obj: Any) -> Any:
         return self.hvd.broadcast_object(obj, root_rank=0, name="dynamix.object")
@@ -173,6 +239,29 @@ class TorchComm:
         t = torch.from_numpy(buf)
         self.dist.broadcast(t, src=0, group=self.group)
         return decode_plan(buf)
+
+    def gather_rows_async(self, row: np.ndarray) -> Pending:
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(row, dtype=np.float64))
+        out = [torch.empty_like(t) for _ in range(self.size)] if self.rank == 0 else None
+        work = self.dist.gather(t, out, dst=0, group=self.group, async_op=True)
+
+        def finish() -> np.ndarray | None:
+            work.wait()
+            return torch.stack(out).numpy() if out is not None else None
+        return Pending(finish)
+
+    def bcast_plan_async(self, plan: Plan | None, next_due: int = 0) -> Pending:
+        import torch
+
+        buf = _plan_out(self.size, self.rank, plan, next_due)
+        work = self.dist.broadcast(torch.from_numpy(buf), src=0, group=self.group, async_op=True)
+
+        def finish() -> tuple[Plan, int]:
+            work.wait()
+            return decode_plan(buf)
+        return Pending(finish)
 
     def bcast_object(self, obj: Any) -> Any:
         box = [obj]

@@ -32,9 +32,10 @@ class DynamixConfig:
     min_decision_s: float = 0.5          # ... and at least this many seconds of steps apart (short steps:
                                          # more steps per interval; 0: exactly interval_steps)
     warmup_steps: int = 0                # no decision before this step
-    decision_lag: int = 1                # steps every rank trains while rank 0's controller decides in a thread
-                                         # (inflight.py); the plan is broadcast after them and applies that many
-                                         # steps later. 0: every rank waits at the decision for the controller
+    decision_lag: int = 2                # steps every rank trains while a decision is in flight (inflight.py):
+                                         # its plan applies that many steps later; 1: the controller in rank 0's
+                                         # thread, 2: and the rows travel during a step, >= 3: and the plan too.
+                                         # 0: every rank waits at the decision for the controller
     first_decision_steps: int = 5        # the first decision of a job (and after a restore or resize) comes
                                          # after this many steps (at most interval_steps): on a cluster that is
                                          # uneven from the start, every step before it runs at static's speed

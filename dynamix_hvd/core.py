@@ -7,8 +7,9 @@ per-step flags beside the gradients, and the collectives' transport (comm.py).
     report             loss trend, out-of-memory report
     _after_update      after the optimizer's update: record the step in O(1), decide when due
                        (gather rows -> rank 0 decides -> broadcast the plan; with decision_lag the
-                       broadcast that many steps later, the controller in rank 0's thread:
-                       inflight.py), LR rule, checkpoint
+                       plan applies that many steps later, the controller in rank 0's thread and
+                       the messages travelling during the steps between: inflight.py), LR rule,
+                       checkpoint
     _replan_after_oom  a rank ran out of memory: lower its cap and redo the same step
     state_dict / save / load / adapt_to_world / close
 """
@@ -91,6 +92,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self._decider = self._make_decider(controller) if self.rank == 0 else None
         self._decide_thread = DecideThread()   # rank 0's controller beside training (decision_lag >= 1)
         self._inflight: InFlight | None = None
+        self._async_comm: Any = comm  # the transport of the overlapped gather and broadcast (an engine may set its own)
         self.lr = LRScaler(cfg.lr_rule)
         self.lag_steps = 0          # steps a DataLoader generates ahead (agreed by all ranks)
         self.progress = EpochProgress(dataset_size, enabled=cfg.progress and self.rank == 0)
@@ -244,8 +246,8 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         if self._inflight is not None:
             if loc.react_ranks is not None:     # a rank flagged a change: decide on it now, not on older rows
                 self._drop_decision("a rank flagged a change")
-            elif step >= self._inflight.finish_step:
-                self._finish_decision(step)
+            else:
+                self._advance_decision(step)
         if self._inflight is None and loc.due(step):
             self._decide(step)
         after = self.sampler.plans.at(step + 1)
@@ -302,44 +304,76 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         """Gather the rows after ``step``; rank 0's controller decides; the plan is broadcast and
         applied: all after ``step`` (``decision_lag`` 0, and every early decision: a rank flagged
         a change, so the plan should not wait), or after ``step + decision_lag`` with the
-        controller in rank 0's decide thread while every rank trains on (inflight.py)."""
+        messages and rank 0's controller overlapping the steps between (inflight.py)."""
         self._inflight = self._start_decision(step)
         if self._inflight.finish_step <= step:
             self._finish_decision(step)
 
     def _start_decision(self, step: int) -> InFlight:
-        """Gather the rows after ``step``; rank 0 starts its controller (in its decide thread when
-        the lag is > 0, else at once); a new interval begins. Collective."""
-        loc, d = self.local, self._decider
+        """Every rank's row leaves after ``step`` (a blocking gather, or one that travels during
+        the next step when the lag is >= 2); a new interval begins. Collective."""
+        loc = self.local
         lag = self.config.decision_lag if loc.react_ranks is None else 0    # (react_ranks: the same on every rank)
-        rows = self.comm.gather_rows(self._worker_row(step))
-        fl = InFlight(step, step + lag)
-        if d is not None:
-            assert rows is not None
-            workers, extras = decode_rows(rows)
-            loc.gns.update(extras[:, 0], extras[:, 1])
-            glob = d.global_stats(step, loc.gns.estimator, loc.meter.mean_loss(),
-                                  loc.meter.throughput(loc.recent_steps()))
+        row = self._worker_row(step)
+        fl = InFlight(step, step + lag, send_step=step + lag - 1 if lag >= 3 else None)
+        totals = loc.gns.take_interval()
+        if self._decider is not None:   # (the interval's means: the meter starts a new interval below)
+            fl.context = (totals, loc.meter.mean_loss(), loc.meter.throughput(loc.recent_steps()))
             fl.record = {"t": time.perf_counter() - self._t_start, "step": step + 1}
             if loc.react_ranks is not None:
                 fl.record["early"] = {"ranks": loc.react_ranks}
             fl.next_due = step + 1 + self.config.next_interval(loc.meter.means()[2])
-            fl.job = self._decide_thread.run(d.decide, workers, glob, self.sampler.plans.latest,
-                                             step + 1 + lag + self.lag_steps, fl.record, threaded=lag > 0)
+        if lag >= 2:
+            fl.rows = self._async_comm.gather_rows_async(row)
         else:
-            loc.gns.reset_interval()
+            self._begin_controller(fl, self.comm.gather_rows(row), threaded=lag > 0)
         loc.decided(step + 1)
         if lag > 0:   # until the broadcast brings rank 0's: the same on every rank
             loc.next_due = step + 1 + self.config.interval_steps
         return fl
 
+    def _begin_controller(self, fl: InFlight, rows: np.ndarray | None, threaded: bool) -> None:
+        """Rank 0, with the gathered rows: the noise-scale update and the controller (in the
+        decide thread when ``threaded``); nothing on the other ranks."""
+        d = self._decider
+        if d is None:
+            return
+        assert rows is not None
+        workers, extras = decode_rows(rows)
+        totals, mean_loss, throughput = fl.context
+        est = self.local.gns.estimator
+        self.local.gns.update(extras[:, 0], extras[:, 1], totals)
+        glob = d.global_stats(fl.step, est, mean_loss, throughput)
+        fl.job = self._decide_thread.run(d.decide, workers, glob, self.sampler.plans.latest,
+                                         fl.finish_step + 1 + self.lag_steps, fl.record, threaded=threaded)
+
+    def _advance_decision(self, step: int) -> None:
+        """After each step while a decision is in flight: the rows arrived (rank 0 starts its
+        controller), the plan's broadcast starts, the plan is applied: each at the step the lag
+        set for it, the same on every rank."""
+        fl = self._inflight
+        assert fl is not None
+        if fl.rows is not None and step > fl.step:
+            pending, fl.rows = fl.rows, None
+            self._begin_controller(fl, pending.wait(), threaded=step < fl.finish_step)
+        if fl.send_step is not None and fl.plan is None and step >= fl.send_step:
+            fl.plan = self._async_comm.bcast_plan_async(fl.proposal(), fl.next_due)
+        if step >= fl.finish_step:
+            self._finish_decision(step)
+
     def _finish_decision(self, step: int) -> None:
-        """Broadcast the plan of the decision in flight (rank 0 waits for its controller first)
-        and apply it; collective. ``step``: the step trained last."""
+        """Complete the decision in flight (the stages not done yet, rank 0 waiting for its
+        controller) and apply its plan; collective. ``step``: the step trained last."""
         fl, self._inflight = self._inflight, None
         assert fl is not None
         d = self._decider
-        plan, self.local.next_due = self.comm.bcast_plan(fl.proposal(), fl.next_due)
+        if fl.rows is not None:
+            pending, fl.rows = fl.rows, None
+            self._begin_controller(fl, pending.wait(), threaded=False)
+        if fl.plan is not None:
+            plan, self.local.next_due = fl.plan.wait()
+        else:
+            plan, self.local.next_due = self.comm.bcast_plan(fl.proposal(), fl.next_due)
         if self.config.lr_rule == "adascale":   # every rank scales its LR from rank 0's estimate
             est = self.local.gns.estimator
             est.s_ema, est.g2_ema = self.comm.bcast_object((est.s_ema, est.g2_ema) if d is not None else None)
@@ -357,6 +391,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         discards the plan and logs the event."""
         fl, self._inflight = self._inflight, None
         if fl is not None:
+            fl.wait_messages(strict=reason not in ("world change", "closed"))
             fl.settle()
             if self._decider is not None:
                 self.log.event({"step": self.step_count, "decision_dropped": {"gathered": fl.step + 1, "reason": reason}})

@@ -287,15 +287,23 @@ class GradNoise:
         self.steps += 1
         self.cancel()
 
-    def update(self, sum_tc_all: np.ndarray, sum_tg_all: np.ndarray) -> None:
-        """Rank 0 at a decision, with every rank's sums from the decision rows: the interval's
-        mean S and |G|^2 estimates into the EMA. With A_t = sum_i c_i,t both are linear in (A_t,
-        |G_t|^2), so their means over the sampled steps are ``gns_step_estimates`` at the
-        T-weighted means of A and |G|^2 (|G_t|^2: the sum of the ranks' shares)."""
-        if self.steps and self.sum_t > 0 and self.world >= 2:
-            a = float(np.sum(sum_tc_all)) / self.sum_t
-            g = float(np.sum(sum_tg_all)) / self.sum_t
-            s, g2 = gns_step_estimates(a, g, self.sum_t / self.steps, self.world)
+    def take_interval(self) -> tuple[float, int]:
+        """The interval's (sum_t T_t, sampled steps), the same on every rank, and a new interval
+        (a decision gathered this rank's sums: ``sum_tc``, ``sum_tg`` in its row)."""
+        totals = (self.sum_t, self.steps)
+        self.reset_interval()
+        return totals
+
+    def update(self, sum_tc_all: np.ndarray, sum_tg_all: np.ndarray, totals: tuple[float, int]) -> None:
+        """Rank 0 at a decision, with every rank's sums from the decision rows and the interval's
+        ``totals`` (``take_interval``, when the rows were built): the interval's mean S and |G|^2
+        estimates into the EMA. With A_t = sum_i c_i,t both are linear in (A_t, |G_t|^2), so
+        their means over the sampled steps are ``gns_step_estimates`` at the T-weighted means of
+        A and |G|^2 (|G_t|^2: the sum of the ranks' shares)."""
+        sum_t, steps = totals
+        if steps and sum_t > 0 and self.world >= 2:
+            a = float(np.sum(sum_tc_all)) / sum_t
+            g = float(np.sum(sum_tg_all)) / sum_t
+            s, g2 = gns_step_estimates(a, g, sum_t / steps, self.world)
             if math.isfinite(s):
                 self.estimator.update(s, g2)
-        self.reset_interval()

@@ -67,7 +67,7 @@ def _changes(trace):
     return [(s, z) for (s, z), prev in zip(trace[1:], trace) if z != prev[1]]
 
 
-@pytest.mark.parametrize("lag", [1, 3])
+@pytest.mark.parametrize("lag", [1, 2, 3])
 def test_a_lagged_decision_applies_the_waiting_decisions_plans_lag_steps_later(comm, lag):
     ref, *rest = _hook(comm, 0)
     ref_trace, _ = _epoch(ref, *rest)
@@ -88,6 +88,27 @@ def test_a_lagged_decision_applies_the_waiting_decisions_plans_lag_steps_later(c
         threads = dyn.controller.threads
         assert threads and all(t.startswith("dynamix-decide") for t in threads), threads
         assert all(t == threading.main_thread().name for t in ref.controller.threads)
+    dyn.close()
+
+
+@pytest.mark.parametrize("lag", [2, 3])
+def test_the_rows_and_the_plan_travel_during_the_steps_of_the_lag(comm, lag):
+    """Lag 2: the gather is waited for one step after it started (Horovod's background thread moved
+    it); lag 3: the broadcast too, started one step before the plan applies. Noted on every rank."""
+    dyn, model, x, y = _hook(comm, lag)
+    stages = []                             # (steps since the gather, rows travelling, plan travelling)
+    for _ in range(12):
+        _epoch(dyn, model, x, y, until=dyn.step_count + 1)
+        fl = dyn._inflight                  # noqa: SLF001 - the state under test
+        if fl is not None:
+            stages.append((dyn.step_count - 1 - fl.step, fl.rows is not None, fl.plan is not None))
+        elif stages:
+            break
+    if lag == 2:
+        assert stages == [(0, True, False), (1, False, False)], stages
+    else:
+        assert stages == [(0, True, False), (1, False, False), (2, False, True)], stages
+    assert comm.allgather(stages) == [stages] * comm.Get_size()
     dyn.close()
 
 

@@ -45,7 +45,8 @@ def test_finetune_through_hook_and_checkpoint(comm):
         for epoch in range(2):
             _epoch(dyn, model, x, y, epoch)
     ckpt_path = Path(run_dir) / "ck.pt"
-    dyn._settle_decision()    # noqa: SLF001 - (decision_lag: the last decision's controller call, which may start an update, is done)
+    if dyn._inflight is not None:   # noqa: SLF001 - (decision_lag; every rank) the decision in flight completed,
+        dyn._finish_decision(dyn.step_count - 1)   # noqa: SLF001 - so its controller call (which may start an update) is done
     if rank == 0:
         ctl = dyn.controller
         assert ctl is not None and ctl.name == "ppo" and ctl.finetuner is not None

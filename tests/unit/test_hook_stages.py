@@ -116,7 +116,7 @@ def test_grad_noise_sampled_steps_and_estimator():
         tg_total += T * G
     # each rank takes half of the reduced gradient's elements; the shares add up to |G|^2
     assert 0 < gsums[0] and 0 < gsums[1] and gsums.sum() == pytest.approx(tg_total, rel=1e-5)
-    g.update(sums, gsums)
+    g.update(sums, gsums, g.take_interval())
     s_mean = float(np.mean([s for s, _ in steps]))
     g2_mean = float(np.mean([x for _, x in steps]))
     assert g.estimator.s_ema == pytest.approx(s_mean, rel=1e-5)

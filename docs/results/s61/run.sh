@@ -1,0 +1,19 @@
+#!/bin/bash
+# Session 61: the decision's messages travelling during steps (decision_lag 2, 3) against session 60's
+# lag 1 and the waiting decision (0). Each command alone on the 2-core machine, in this order.
+cd "$(dirname "$0")/../../.."
+MPI="mpirun --allow-run-as-root --oversubscribe"
+( for cfg in "4 10 3" "2 10 3" "4 0 3" "2 0 3"; do set -- $cfg
+  echo "== np $1, sleep-ms $2"
+  $MPI -np $1 .venv/bin/python -m mpi4py benchmarks/bench_decision_lag.py --controllers static,goodput,ppo --lags 0,1,2,3 \
+      --rounds $3 --steps 300 --sleep-ms $2 2>&1 | grep -v "^\["
+done ) > docs/results/s61/decision_lag.txt
+# against plain Horovod: lag 2 (the new default) vs lag 1 (hook_overhead_lag.txt)
+.venv/bin/python benchmarks/bench_hook_overhead.py --np 2,4 --widths 256 --device-ms 10 --rounds 5 \
+    --variants "hook,decision_lag=1,goodput min_decision_s=0,goodput min_decision_s=0 decision_lag=1" \
+    > docs/results/s61/hook_overhead_lag.txt 2>&1
+# live on the emulated cluster with the new default (decision_lag 2), 3 repeats each (live_<scenario>.txt)
+for sc in hetero4x node_slowdown link_degrade; do
+  .venv/bin/python -m dynamix_hvd.cli bench --scenario $sc --controllers static,goodput,ppo --repeats 3 \
+      --out runs/s61/live/$sc > docs/results/s61/live_$sc.txt 2>&1
+done
