@@ -61,11 +61,13 @@ VARIANTS = {
     "min_decision_s=0": {"min_decision_s": 0},       # a decision every interval_steps (10) steps
     "min_decision_s=5": {"min_decision_s": 5},       # a decision every 5 s: what the decisions cost
     "gns_every=8": {"gns_every": 8},                 # gradient statistics on every 8th step (default 2)
-    # the waiting decision of sessions 1-59 (default since session 60: decision_lag 1, inflight.py)
+    # the waiting decision of sessions 1-59 and session 60's default (decision_lag 1); since session 61: 2 (inflight.py)
     "decision_lag=0": {"decision_lag": 0},
     "min_decision_s=0 decision_lag=0": {"min_decision_s": 0, "decision_lag": 0},
     "goodput min_decision_s=0": {"controller": "goodput", "min_decision_s": 0},
     "goodput min_decision_s=0 decision_lag=0": {"controller": "goodput", "min_decision_s": 0, "decision_lag": 0},
+    "decision_lag=1": {"decision_lag": 1},
+    "goodput min_decision_s=0 decision_lag=1": {"controller": "goodput", "min_decision_s": 0, "decision_lag": 1},
     # the defaults with a controller that reads the noise scale (gns auto: on), uneven plans never
     # arise here (identical ranks, B held at B0 without an LR rule)
     "controller=goodput": {"controller": "goodput"},
