@@ -67,9 +67,10 @@ def test_out_of_memory_on_a_uniform_step_lowers_exactly_that_cap():
     assert plan[1] <= 7 and sum(plan) == 16, plan      # the global batch kept
 
 
-@pytest.mark.parametrize("nproc,lag", [(1, 0), (4, 0), (4, 2)])
+@pytest.mark.parametrize("nproc,lag", [(1, 0), (4, 0), (4, 1), (4, 2), (4, 3)])
 def test_every_index_exactly_once_per_epoch(nproc, lag, tmp_path):
-    """(lag: ``decision_lag``, rank 0's controller deciding in its thread while the ranks train on)"""
+    """(lag: ``decision_lag``: rank 0's controller deciding in its thread while the ranks train on
+    (1), the rows travelling on gloo during a step (2, the default), the plan too (3))"""
     samples = 1000
     torchrun(nproc, "--mode", "train", "--epochs", "2", "--samples", str(samples), "--controller", "random",
              "--seen-log", str(tmp_path / "seen"), env={"DYNAMIX_DECISION_LAG": str(lag)})

@@ -8,6 +8,11 @@ MPI="mpirun --allow-run-as-root --oversubscribe"
   $MPI -np $1 .venv/bin/python -m mpi4py benchmarks/bench_decision_lag.py --controllers static,goodput,ppo --lags 0,1,2,3 \
       --rounds $3 --steps 300 --sleep-ms $2 2>&1 | grep -v "^\["
 done ) > docs/results/s61/decision_lag.txt
+# the DDP engine under torchrun (decision_lag_ddp.txt)
+( for np in 4 2; do echo "== np $np, sleep-ms 10"
+  .venv/bin/torchrun --standalone --nproc-per-node $np benchmarks/bench_decision_lag.py --engine ddp \
+      --controllers static,goodput,ppo --lags 0,1,2,3 --rounds 3 --steps 300 --sleep-ms 10 2>&1 | grep -v "^\[\|^W[0-9]"
+done ) > docs/results/s61/decision_lag_ddp.txt 2>&1
 # against plain Horovod: lag 2 (the new default) vs lag 1 (hook_overhead_lag.txt)
 .venv/bin/python benchmarks/bench_hook_overhead.py --np 2,4 --widths 256 --device-ms 10 --rounds 5 \
     --variants "hook,decision_lag=1,goodput min_decision_s=0,goodput min_decision_s=0 decision_lag=1" \
@@ -17,3 +22,6 @@ for sc in hetero4x node_slowdown link_degrade; do
   .venv/bin/python -m dynamix_hvd.cli bench --scenario $sc --controllers static,goodput,ppo --repeats 3 \
       --out runs/s61/live/$sc > docs/results/s61/live_$sc.txt 2>&1
 done
+# hetero4x again with 5 repeats (the 3-repeat run read ppo / goodput 1.05x with the same plans: live5_hetero4x.txt)
+.venv/bin/python -m dynamix_hvd.cli bench --scenario hetero4x --controllers static,goodput,ppo --repeats 5 \
+    --out runs/s61/live5/hetero4x > docs/results/s61/live5_hetero4x.txt 2>&1
