@@ -25,3 +25,8 @@ done
 # hetero4x again with 5 repeats (the 3-repeat run read ppo / goodput 1.05x with the same plans: live5_hetero4x.txt)
 .venv/bin/python -m dynamix_hvd.cli bench --scenario hetero4x --controllers static,goodput,ppo --repeats 5 \
     --out runs/s61/live5/hetero4x > docs/results/s61/live5_hetero4x.txt 2>&1
+# why the blocking decision is slow at 4 ranks on 2 cores: the bare transport with and without Horovod (bare_gather.txt)
+for h in 0 1; do for w in 0 30000; do $MPI -np 4 .venv/bin/python docs/results/s61/bare_gather.py $h $w 2>&1 | grep p50; done; done
+for env in HOROVOD_CYCLE_TIME=1 HOROVOD_CYCLE_TIME=5 HOROVOD_CYCLE_TIME=20 OMPI_MCA_mpi_yield_when_idle=1; do
+  $MPI -np 4 -x $env .venv/bin/python docs/results/s61/bare_gather.py 1 0 2>&1 | grep p50; done
+for m in ag ar; do $MPI -np 4 .venv/bin/python docs/results/s61/bare_hvd_ops.py $m 2>&1 | grep p50; done
