@@ -30,3 +30,8 @@ for h in 0 1; do for w in 0 30000; do $MPI -np 4 .venv/bin/python docs/results/s
 for env in HOROVOD_CYCLE_TIME=1 HOROVOD_CYCLE_TIME=5 HOROVOD_CYCLE_TIME=20 OMPI_MCA_mpi_yield_when_idle=1; do
   $MPI -np 4 -x $env .venv/bin/python docs/results/s61/bare_gather.py 1 0 2>&1 | grep p50; done
 for m in ag ar; do $MPI -np 4 .venv/bin/python docs/results/s61/bare_hvd_ops.py $m 2>&1 | grep p50; done
+# the CPU-only cells again, lags 1 and 2, 5 rounds (decision_lag_cpu5.txt)
+( for np in 2 4; do echo "== np $np, sleep-ms 0, lags 1,2, 5 rounds"
+  $MPI -np $np .venv/bin/python -m mpi4py benchmarks/bench_decision_lag.py --controllers static,goodput,ppo --lags 1,2 \
+      --rounds 5 --steps 300 --sleep-ms 0 2>&1 | grep -v "^\["
+done ) > docs/results/s61/decision_lag_cpu5.txt 2>&1
