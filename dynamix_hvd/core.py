@@ -387,8 +387,9 @@ class DynamixCore(lifecycle.DeprecatedLoop):
 
     def _drop_decision(self, reason: str) -> None:
         """Forget the decision in flight (every rank, at the same step: an early decision, an
-        out-of-memory re-plan, a restore, a world change): rank 0 waits for its controller,
-        discards the plan and logs the event."""
+        out-of-memory re-plan, a restore, a world change, ``close()``): every rank waits for the
+        messages still travelling, rank 0 for its controller; the plan is discarded and the
+        event logged."""
         fl, self._inflight = self._inflight, None
         if fl is not None:
             fl.wait_messages(strict=reason not in ("world change", "closed"))

@@ -17,9 +17,9 @@ Horovod's background thread, gloo's threads; the controller runs in a thread): o
 CPU is mostly idle during the steps; on a CPU-only node the work shares the cores with the step.
 
 An early decision (a rank flagged a change) never waits: it drops a decision still in flight and
-decides at once; ``save()`` broadcasts one first; a restore, a world change and an out-of-memory
-re-split drop it (core.py). Every rank does the same at the same step, so no collective is left
-unmatched.
+decides at once; ``save()`` completes one first; a restore, a world change and an out-of-memory
+re-split drop it, waiting on every rank for what still travels (core.py). Every rank does the same
+at the same step, so no collective is left unmatched.
 
 Every rank keeps an ``InFlight`` (same ``finish_step`` on all: it is computed from the config);
 only rank 0's holds the controller's result. A fault in the thread is re-raised on rank 0 when the
