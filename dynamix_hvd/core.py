@@ -92,7 +92,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self._decider = self._make_decider(controller) if self.rank == 0 else None
         self._decide_thread = DecideThread()   # rank 0's controller beside training (decision_lag >= 1)
         self._inflight: InFlight | None = None
-        self._async_comm: Any = comm  # the transport of the overlapped gather and broadcast (an engine may set its own)
+        self._async_comm: Any = comm  # the overlapped gather and broadcast (the Horovod engine sets Horovod's ops)
         self.lr = LRScaler(cfg.lr_rule)
         self.lag_steps = 0          # steps a DataLoader generates ahead (agreed by all ranks)
         self.progress = EpochProgress(dataset_size, enabled=cfg.progress and self.rank == 0)
@@ -341,11 +341,15 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         assert rows is not None
         workers, extras = decode_rows(rows)
         totals, mean_loss, throughput = fl.context
-        est = self.local.gns.estimator
         self.local.gns.update(extras[:, 0], extras[:, 1], totals)
-        glob = d.global_stats(fl.step, est, mean_loss, throughput)
+        glob = d.global_stats(fl.step, self.local.gns.estimator, mean_loss, throughput)
         fl.job = self._decide_thread.run(d.decide, workers, glob, self.sampler.plans.latest,
                                          fl.finish_step + 1 + self.lag_steps, fl.record, threaded=threaded)
+
+    def _rows_arrived(self, fl: InFlight, threaded: bool) -> None:
+        """Every rank: wait for the travelling gather; rank 0 starts its controller."""
+        pending, fl.rows = fl.rows, None
+        self._begin_controller(fl, pending.wait(), threaded)
 
     def _advance_decision(self, step: int) -> None:
         """After each step while a decision is in flight: the rows arrived (rank 0 starts its
@@ -354,8 +358,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         fl = self._inflight
         assert fl is not None
         if fl.rows is not None and step > fl.step:
-            pending, fl.rows = fl.rows, None
-            self._begin_controller(fl, pending.wait(), threaded=step < fl.finish_step)
+            self._rows_arrived(fl, threaded=step < fl.finish_step)
         if fl.send_step is not None and fl.plan is None and step >= fl.send_step:
             fl.plan = self._async_comm.bcast_plan_async(fl.proposal(), fl.next_due)
         if step >= fl.finish_step:
@@ -368,8 +371,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         assert fl is not None
         d = self._decider
         if fl.rows is not None:
-            pending, fl.rows = fl.rows, None
-            self._begin_controller(fl, pending.wait(), threaded=False)
+            self._rows_arrived(fl, threaded=False)
         if fl.plan is not None:
             plan, self.local.next_due = fl.plan.wait()
         else:
