@@ -1,15 +1,14 @@
 """The collective layer: gather per-rank stats to rank 0 and broadcast the plan. Thin on purpose.
 Three transports with one interface: ``Comm`` (mpi4py), ``HorovodComm`` (Horovod's ops, Gloo
-jobs, and the Horovod engine's overlapped decisions) and ``TorchComm`` (torch.distributed,
-torchrun + DDP jobs).
+jobs) and ``TorchComm`` (torch.distributed, torchrun + DDP jobs).
 
 The gather and the plan's broadcast each come in two forms: blocking (``gather_rows``,
 ``bcast_plan``) and started now, waited for later (``gather_rows_async``, ``bcast_plan_async``:
-a ``Pending`` whose ``wait()`` gives the same result; ``HorovodComm`` and ``TorchComm``), so a
-decision's messages can travel while the ranks train a step (``decision_lag`` >= 2, core.py):
-Horovod's background thread and gloo's threads move them. ``Comm`` has no such form: mpi4py's
-nonblocking collectives move only inside MPI calls, so the Horovod engine takes Horovod's ops for
-it (horovod.async_transport). Every rank starts and waits for the same operations in the same order.
+a ``Pending`` whose ``wait()`` gives the same result), so a decision's messages can travel while
+the ranks train a step (``decision_lag`` >= 2, core.py): MPI_Igather / MPI_Ibcast (a row and a
+plan are a few hundred bytes, sent eagerly at the start: after a step without MPI calls the wait
+takes microseconds, docs/results/s62/igather_progress.txt), Horovod's background thread, gloo's
+threads. Every rank starts and waits for the same operations in the same order.
 
 Uses mpi4py on a duplicate of the communicator Horovod runs on (MPI_COMM_WORLD unless the
 user passed another), so dynamix messages never match Horovod's own. Fixed-size numpy
@@ -73,6 +72,27 @@ class Comm:
         buf = _plan_out(self.size, self.rank, plan, next_due)
         self.comm.Bcast(buf, root=0)
         return decode_plan(buf)
+
+    def gather_rows_async(self, row: np.ndarray) -> Pending:
+        """``gather_rows`` started now (MPI_Igather); ``wait()`` gives its result."""
+        row = np.ascontiguousarray(row, dtype=np.float64)
+        out = np.empty((self.size, row.size), dtype=np.float64) if self.rank == 0 else None
+        req = self.comm.Igather(row, out, root=0)
+
+        def finish(keep: np.ndarray = row) -> np.ndarray | None:   # (the send buffer lives until the gather completed)
+            req.Wait()
+            return out
+        return Pending(finish)
+
+    def bcast_plan_async(self, plan: Plan | None, next_due: int = 0) -> Pending:
+        """``bcast_plan`` started now (MPI_Ibcast); ``wait()`` gives its result."""
+        buf = _plan_out(self.size, self.rank, plan, next_due)
+        req = self.comm.Ibcast(buf, root=0)
+
+        def finish() -> tuple[Plan, int]:
+            req.Wait()
+            return decode_plan(buf)
+        return Pending(finish)
 
     def bcast_object(self, obj: Any) -> Any:
         return self.comm.bcast(obj, root=0)

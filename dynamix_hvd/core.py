@@ -92,7 +92,6 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self._decider = self._make_decider(controller) if self.rank == 0 else None
         self._decide_thread = DecideThread()   # rank 0's controller beside training (decision_lag >= 1)
         self._inflight: InFlight | None = None
-        self._async_comm: Any = comm  # the overlapped gather and broadcast (the Horovod engine sets Horovod's ops)
         self.lr = LRScaler(cfg.lr_rule)
         self.lag_steps = 0          # steps a DataLoader generates ahead (agreed by all ranks)
         self.progress = EpochProgress(dataset_size, enabled=cfg.progress and self.rank == 0)
@@ -324,7 +323,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
                 fl.record["early"] = {"ranks": loc.react_ranks}
             fl.next_due = step + 1 + self.config.next_interval(loc.meter.means()[2])
         if lag >= 2:
-            fl.rows = self._async_comm.gather_rows_async(row)
+            fl.rows = self.comm.gather_rows_async(row)
         else:
             self._begin_controller(fl, self.comm.gather_rows(row), threaded=lag > 0)
         loc.decided(step + 1)
@@ -360,7 +359,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         if fl.rows is not None and step > fl.step:
             self._rows_arrived(fl, threaded=step < fl.finish_step)
         if fl.send_step is not None and fl.plan is None and step >= fl.send_step:
-            fl.plan = self._async_comm.bcast_plan_async(fl.proposal(), fl.next_due)
+            fl.plan = self.comm.bcast_plan_async(fl.proposal(), fl.next_due)
         if step >= fl.finish_step:
             self._finish_decision(step)
 

@@ -40,7 +40,7 @@ import torch
 from dynamix_hvd import lifecycle
 from dynamix_hvd.apply import (FlagProbe, StepFlags, Weighting, horovod_optimizer, hvd_synchronize,
                                rescale_accumulated, skip_and_replan)
-from dynamix_hvd.comm import HorovodComm, make_comm
+from dynamix_hvd.comm import make_comm
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import Controller
 from dynamix_hvd.core import DynamixCore, load_config
@@ -78,7 +78,6 @@ class Dynamix(DynamixCore):
         self.optimizer = guard_optimizer(inner, self)
         params = [p for g in inner.param_groups for p in g["params"] if p.requires_grad]
         self._setup(model, dataset_size, cfg, comm, params, controller, emulator, metrics_fn)
-        self._async_comm = async_transport(self.comm)
         # the n_i/T weight, sampled gradient norms and the step's flags: in Horovod's own hook
         self._weighting = Weighting(inner._compression, len(inner._requires_update),  # noqa: SLF001
                                     scale=lambda: self.local.scale,
@@ -241,7 +240,6 @@ class Dynamix(DynamixCore):
             self._watchdog.close()
         self.comm.free()
         self.comm = make_comm()
-        self._async_comm = async_transport(self.comm)
         self.rank, self.world = self.comm.rank, self.comm.size
         self._watchdog = lifecycle.start_watchdog(self)
         self._track()
@@ -252,13 +250,6 @@ class Dynamix(DynamixCore):
         if weighting is not None and weighting.probe is not None:
             weighting.probe.detach()
         super().close()
-
-
-def async_transport(comm: Any) -> HorovodComm:
-    """The overlapped gather and broadcast (``decision_lag`` >= 2) over Horovod's own ops: its
-    background thread moves them while the ranks train. (mpi4py's nonblocking collectives move
-    only inside MPI calls on the rank's main thread: the gather would wait for the next decision.)"""
-    return comm if isinstance(comm, HorovodComm) else HorovodComm()
 
 
 def guard_optimizer(inner: Any, dyn: Dynamix) -> Any:

@@ -13,7 +13,7 @@ decision that the lag leaves a step for overlaps one:
     D >= 3  as D = 2, and the broadcast started after step s + D - 1, waited for after step s + D
 
 With D >= 3 a regular decision waits for nothing (the rows and the plan travel during steps:
-Horovod's background thread, gloo's threads; the controller runs in a thread): on a GPU node the
+MPI_Igather / MPI_Ibcast, Horovod's or gloo's threads, comm.py; the controller runs in a thread): on a GPU node the
 CPU is mostly idle during the steps; on a CPU-only node the work shares the cores with the step.
 
 An early decision (a rank flagged a change) never waits: it drops a decision still in flight and
