@@ -16,3 +16,7 @@ done ) > docs/results/s62/decision_lag.txt
 .venv/bin/python benchmarks/bench_hook_overhead.py --np 2,4 --widths 256 --device-ms 10 --rounds 5 \
     --variants "hook,decision_lag=1,goodput min_decision_s=0,goodput min_decision_s=0 decision_lag=1" \
     > docs/results/s62/hook_overhead.txt 2>&1
+# dynamix replay on 31 novel inputs (3 seeds), and the cells at or above 1.03x there again with 20 seeds
+.venv/bin/python benchmarks/novel_inputs.py > docs/results/s62/novel_inputs.txt
+for c in cifar_2val cifar_gradzero cifar_scalonly cov_ragged; do
+  .venv/bin/python benchmarks/novel_inputs.py --only $c --seeds 20 | grep "^| $c"; done > docs/results/s62/novel_inputs_20seeds.txt
