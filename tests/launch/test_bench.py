@@ -140,8 +140,12 @@ def test_bench_counts_what_became_of_the_policys_choice(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     counts = json.loads((out / "results.json").read_text())["controllers"]["ppo"]["policy"]
     decisions = read_decisions(out / "ppo")
-    assert set(counts) <= set(POLICY_OUTCOMES) and sum(counts.values()) == len(decisions) >= 1
-    assert f"ppo: the policy's choice at its {len(decisions)} decisions (1 run): " in p.stdout
+    # the policy's own decisions; after the runtime guard falls back (a drop of goodput after its
+    # decisions, which this short run's timing can trigger) the fallback controller's have no outcome
+    own = [d for d in decisions if d.controller == "ppo"]
+    assert all(d.policy is None for d in decisions if d.controller != "ppo")
+    assert set(counts) <= set(POLICY_OUTCOMES) and sum(counts.values()) == len(own) >= 1
+    assert f"ppo: the policy's choice at its {len(own)} decisions (1 run): " in p.stdout
     # the run's recorded states fed again to the default: how many are outside its support, and why
     r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "live_support_gap.py"), str(out / "ppo")],
                        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
