@@ -78,10 +78,11 @@ class Comm:
         row = np.ascontiguousarray(row, dtype=np.float64)
         out = np.empty((self.size, row.size), dtype=np.float64) if self.rank == 0 else None
         req = self.comm.Igather(row, out, root=0)
+        buffers = (row, out)   # alive until the gather completed
 
-        def finish(keep: np.ndarray = row) -> np.ndarray | None:   # (the send buffer lives until the gather completed)
+        def finish() -> np.ndarray | None:
             req.Wait()
-            return out
+            return buffers[1]
         return Pending(finish)
 
     def bcast_plan_async(self, plan: Plan | None, next_due: int = 0) -> Pending:

@@ -13,8 +13,9 @@ decision that the lag leaves a step for overlaps one:
     D >= 3  as D = 2, and the broadcast started after step s + D - 1, waited for after step s + D
 
 With D >= 3 a regular decision waits for nothing (the rows and the plan travel during steps:
-MPI_Igather / MPI_Ibcast, Horovod's or gloo's threads, comm.py; the controller runs in a thread): on a GPU node the
-CPU is mostly idle during the steps; on a CPU-only node the work shares the cores with the step.
+MPI_Igather / MPI_Ibcast, Horovod's or gloo's threads, comm.py; the controller runs in a
+thread): on a GPU node the CPU is mostly idle during the steps; on a CPU-only node the work
+shares the cores with the step.
 
 An early decision (a rank flagged a change) never waits: it drops a decision still in flight and
 decides at once; ``save()`` completes one first; a restore, a world change and an out-of-memory
