@@ -20,3 +20,8 @@ done ) > docs/results/s62/decision_lag.txt
 .venv/bin/python benchmarks/novel_inputs.py > docs/results/s62/novel_inputs.txt
 for c in cifar_2val cifar_gradzero cifar_scalonly cov_ragged; do
   .venv/bin/python benchmarks/novel_inputs.py --only $c --seeds 20 | grep "^| $c"; done > docs/results/s62/novel_inputs_20seeds.txt
+# live on the emulated cluster with the MPI transport (default decision_lag 2), 3 repeats each (live_<scenario>.txt)
+for sc in hetero4x node_slowdown link_degrade; do
+  .venv/bin/python -m dynamix_hvd.cli bench --scenario $sc --controllers static,goodput,ppo --repeats 3 \
+      --out runs/s62/live/$sc > docs/results/s62/live_$sc.txt 2>&1
+done
