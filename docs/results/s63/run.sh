@@ -7,6 +7,8 @@ bash scripts/demo.sh > docs/results/s63/make_demo.txt 2>&1
 .venv/bin/python docs/results/s63/make_novel_live.py
 .venv/bin/python -m dynamix_hvd.cli bench --scenario docs/results/s63/novel_scenario_s63.toml \
     --controllers static,proportional,goodput,ppo --repeats 3 --out runs/s63/novel > docs/results/s63/live_novel_s63.txt 2>&1
+.venv/bin/python -m dynamix_hvd.cli bench --scenario docs/results/s63/novel_scenario_s63.toml --engine ddp \
+    --controllers static,proportional,goodput,ppo --repeats 3 --out runs/s63/novel_ddp > docs/results/s63/live_novel_s63_ddp.txt 2>&1
 # the shipped default at every world size it trained on (96 cells x 20 seeds; 2187 s on 2 processes)
 .venv/bin/python -m dynamix_hvd.cli eval-replay --seeds 20 --seed-offset 5 \
     --traces none,job_2_norm,job_3_norm,cov:coefficient_variation --workers 2,4,8,16,32,64 --jobs 2 \
