@@ -7,7 +7,8 @@ results table (time to target accuracy on the training clock, final accuracy, th
 balance) and writes ``OUT/report.png``.
 
 The best controller available is the shipped PPO policy when it loads, otherwise
-``proportional`` (the best measured baseline on this scenario; see docs/bench.md).
+``proportional`` (the best measured baseline on this scenario; see docs/bench.md), and the demo
+then says on stderr why the policy did not load (the error names the file).
 """
 from __future__ import annotations
 
@@ -28,21 +29,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-netns", action="store_true", help="network-free variant (no namespaces / tc)")
 
 
-def best_available() -> str:
-    """'ppo' when the shipped policy loads, else the best baseline."""
+def best_available(policy: str | None = None) -> tuple[str, str | None]:
+    """('ppo', None) when the policy (default: the shipped one) loads, else (the best baseline,
+    why the policy did not load: the exception's type and message, naming the file)."""
     try:
         from dynamix_hvd.controllers.ppo import load_policy
 
-        load_policy()
-        return "ppo"
-    except Exception:  # noqa: BLE001 - any problem means: not available
-        return FALLBACK_BEST
+        load_policy(policy)
+        return "ppo", None
+    except Exception as e:  # noqa: BLE001 - any problem means: not available, and the user is told why
+        return FALLBACK_BEST, f"{type(e).__name__}: {e}"
 
 
 def run(args: argparse.Namespace) -> int:
     from dynamix_hvd.emulate.bench import bench, format_table
 
-    best = args.controller or best_available()
+    best = args.controller
+    if best is None:
+        best, why = best_available()
+        if why is not None:
+            print(f"dynamix demo: the shipped policy did not load ({why}); comparing static with {best}",
+                  file=sys.stderr, flush=True)
     out = Path(args.out)
     print(f"dynamix demo: static vs {best} on scenario {args.scenario}; output in {out}", flush=True)
     results = bench(args.scenario, ["static", best], out, no_netns=args.no_netns, max_time_s=args.max_time_s,

@@ -28,4 +28,14 @@ def test_demo_script_prints_table_and_writes_png(tmp_path: Path) -> None:
 def test_best_available_is_a_known_controller() -> None:
     from dynamix_hvd.controllers import REGISTRY
 
-    assert best_available() in REGISTRY
+    best, why = best_available()
+    assert best in REGISTRY
+    assert (best == "ppo") == (why is None)
+
+
+def test_a_policy_that_does_not_load_falls_back_and_says_why(tmp_path: Path) -> None:
+    bad = tmp_path / "broken_policy.zip"
+    bad.write_bytes(b"not a zip")
+    best, why = best_available(str(bad))
+    assert best == "proportional"
+    assert why is not None and "broken_policy.zip" in why, why
