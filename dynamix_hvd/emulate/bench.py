@@ -48,11 +48,21 @@ DEFAULT_CONTROLLERS = "static,oracle,proportional,goodput"
 STARTUP_GRACE_S = 150.0   # mpirun + imports + data on a loaded 2-core host
 LAUNCH_LOG = {"horovod": "mpirun.log", "ddp": "torchrun.log"}   # engine -> the launcher's output file
 LABEL_SEP = "#"           # SPEC#LABEL: the same controller spec run again under another name (A/A)
+AUTOTUNE = "+autotune"    # SPEC+autotune[#LABEL]: the same controller with Horovod's autotuner on
 
 
 def controller_spec(name: str) -> str:
-    """The worker's controller spec of a bench entry: ``proportional#twin`` -> ``proportional``."""
-    return name.partition(LABEL_SEP)[0]
+    """The worker's controller spec of a bench entry: ``proportional#twin`` -> ``proportional``,
+    ``static+autotune`` -> ``static``."""
+    spec = name.partition(LABEL_SEP)[0]
+    return spec[:-len(AUTOTUNE)] if spec.endswith(AUTOTUNE) else spec
+
+
+def autotuned(name: str) -> bool:
+    """Whether a bench entry runs with Horovod's autotuner (``HOROVOD_AUTOTUNE=1``: Bayesian
+    optimisation of the tensor-fusion threshold, the cycle time, response caching and hierarchical
+    collectives; the baseline "Horovod autotune" of the README)."""
+    return name.partition(LABEL_SEP)[0].endswith(AUTOTUNE)
 
 
 def run_order(names: list[str], rep: int) -> list[str]:
@@ -67,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", required=True, help="scenario TOML file or the name of a shipped one")
     p.add_argument("--controllers", default=DEFAULT_CONTROLLERS, help="comma-separated controller specs: NAME, oracle@B (fixed global batch B), "
                    "NAME:fixed (no early decisions, for A/B runs), ppo=PATH (a policy file); SPEC#LABEL runs SPEC again under another name "
-                   "(proportional,proportional#twin: an A/A pair, the bench's own noise floor)")
+                   "(proportional,proportional#twin: an A/A pair, the bench's own noise floor); SPEC+autotune runs SPEC with "
+                   "Horovod's autotuner on (HOROVOD_AUTOTUNE=1; static+autotune is the baseline 'Horovod autotune')")
     p.add_argument("--out", required=True, help="output directory (results.json, report.png, one dir per run)")
     p.add_argument("--no-netns", action="store_true", help="network-free variant: all ranks on loopback")
     p.add_argument("--max-time-s", type=float, default=None, help="override the scenario's training budget")
@@ -139,9 +150,10 @@ def network_mode(no_netns: bool) -> tuple[bool, str]:
 
 def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, use_netns: bool,
             until: str, python: str, log: Any = print, engine: str = "horovod",
-            seed: int | None = None) -> tuple[int, str]:
+            seed: int | None = None, autotune: bool = False) -> tuple[int, str]:
     """One job of the worker (mpirun, or one torchrun per rank for the ddp engine); returns
-    (exit code, the command line)."""
+    (exit code, the command line). ``autotune``: Horovod's autotuner on, its samples logged to
+    ``run_dir/autotune.csv``."""
     from dynamix_hvd.emulate.netns import Cluster, mpmd_command, netem_available
     from dynamix_hvd.emulate.worker import LINK_ENV
 
@@ -156,6 +168,10 @@ def run_one(sc: Scenario, scenario_file: Path, controller: str, run_dir: Path, u
     # library records every allreduce (bytes, duration) in each rank
     from dynamix_hvd.emulate.netns import RANK_DEV
     env["DYNAMIX_IFACES"] = RANK_DEV if use_netns else "lo"
+    if autotune:
+        if engine != "horovod":
+            raise ValueError(f"{AUTOTUNE} is Horovod's autotuner; engine {engine!r} has none")
+        env.update({"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": str(run_dir / "autotune.csv")})
     try:
         from dynamix_hvd.launch import preload_path
         env["LD_PRELOAD"] = str(preload_path())
@@ -289,7 +305,7 @@ def bench(scenario: str, controllers: list[str], out: Path, no_netns: bool = Fal
             t0 = time.time()
             run_dir = bench_run_dir(out, name, rep)
             rc, cmd = run_one(sc, scenario_file, controller_spec(name), run_dir, use_netns, until, python, log, engine,
-                              seed=seed if seed != sc.seed else None)
+                              seed=seed if seed != sc.seed else None, autotune=autotuned(name))
             tag = name if repeats == 1 else f"{name} #{rep + 1}"
             if rc == 0 and (run_dir / "summary.json").exists():
                 m = run_metrics(run_dir)
@@ -341,7 +357,12 @@ def run(args: argparse.Namespace) -> int:
               f"(e.g. {twice[0]}{LABEL_SEP}twin) for an A/A pair", file=sys.stderr)
         return 2
     for n in names:
-        spec, sep, label = n.partition(LABEL_SEP)
+        _, sep, label = n.partition(LABEL_SEP)
+        spec = controller_spec(n)
+        if autotuned(n) and args.engine != "horovod":
+            print(f"dynamix bench: controller {n!r}: {AUTOTUNE} is Horovod's autotuner; the {args.engine} "
+                  "engine has none", file=sys.stderr)
+            return 2
         if sep and (not label or not label.replace("_", "").replace("-", "").isalnum()):
             print(f"dynamix bench: controller {n!r}: the label after {LABEL_SEP!r} must be letters, digits, "
                   "'-' or '_'", file=sys.stderr)

@@ -172,6 +172,21 @@ def test_bench_repeats_draw_their_own_seed(tmp_path: Path) -> None:
     assert tags == ["static#1", "static#twin#1", "static#twin#2", "static#2"], tags
 
 
+def test_bench_autotune_runs_horovods_autotuner(tmp_path: Path) -> None:
+    """``static+autotune`` is static with HOROVOD_AUTOTUNE=1 (the "Horovod autotune" baseline):
+    Horovod's own autotuner writes its samples log in that run's directory, not in static's."""
+    p, out = _bench(tmp_path, "static,static+autotune", "--no-netns", "--max-time-s", "4")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads((out / "results.json").read_text())
+    assert list(res["controllers"]) == ["static", "static+autotune"]
+    assert read_summary(out / "static+autotune").controller == "static"
+    log = (out / "static+autotune" / "autotune.csv").read_text()
+    assert "tensor_fusion_threshold" in log.splitlines()[0], log[:500]
+    assert not (out / "static" / "autotune.csv").exists()
+    p, _ = _bench(tmp_path, "static+autotune", "--engine", "ddp")
+    assert p.returncode == 2 and "Horovod's autotuner" in p.stderr and "ddp" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("spec,words", [("static,bogus", ["bogus"]), ("oracle@x", ["oracle@x", "integer"]),
                                         ("oracle@0", ["oracle@0", ">= 1"]), ("goodput@64", ["only the oracle"]),
                                         ("goodput:slow", ["goodput:slow", "'fixed'"]),

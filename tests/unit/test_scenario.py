@@ -176,6 +176,15 @@ def test_bench_order_rotates_per_repeat_and_labels_name_the_same_spec():
     assert run_order([], 3) == []
 
 
+def test_bench_autotune_entries_name_the_same_spec_with_horovods_autotuner():
+    from dynamix_hvd.emulate.bench import autotuned, controller_spec
+
+    assert controller_spec("static+autotune") == "static" and autotuned("static+autotune")
+    assert controller_spec("ppo:fixed+autotune#b") == "ppo:fixed" and autotuned("ppo:fixed+autotune#b")
+    assert controller_spec("static#autotune") == "static" and not autotuned("static#autotune")
+    assert not autotuned("static") and not autotuned("ppo=a+autotune/b.zip")
+
+
 def test_bench_run_directories_flatten_a_policy_path():
     from pathlib import Path
     from dynamix_hvd.runlog import bench_run_dir
