@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from dynamix_hvd.lr import RULES as LR_RULES
 
-CONTROLLERS = ("static", "oracle", "proportional", "goodput", "random", "ppo")
+CONTROLLERS = ("static", "oracle", "proportional", "goodput", "adaptdl", "random", "ppo")
 CHECKPOINT_ON_ERROR = ("stop", "continue")
 
 

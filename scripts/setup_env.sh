@@ -82,6 +82,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   log "pip install ${missing[*]}"
   "${PIP[@]}" "torch==$TORCH_VERSION" "${missing[@]}"
 fi
+# the "adaptdl" baseline controller runs AdaptDL's own goodput code; --no-deps: its scheduler
+# dependencies (redis, portpicker, pandas, semver) are not needed for adaptdl.goodput
+have "adaptdl==0.2.11" && have autograd || { log "pip install adaptdl==0.2.11 (--no-deps) autograd scipy";
+  "${PIP[@]}" "torch==$TORCH_VERSION" autograd scipy && "${PIP[@]}" --no-deps "adaptdl==0.2.11"; }
 if ! "$VPY" -c "import mpi4py.MPI" >/dev/null 2>&1; then
   log "pip install mpi4py (built against system Open MPI)"
   MPICC=mpicc "${PIP[@]}" --no-binary mpi4py mpi4py

@@ -14,6 +14,7 @@ REGISTRY: dict[str, str] = {
     "oracle": "dynamix_hvd.controllers.oracle:OracleController",
     "proportional": "dynamix_hvd.controllers.proportional:ProportionalController",
     "goodput": "dynamix_hvd.controllers.goodput:GoodputController",
+    "adaptdl": "dynamix_hvd.controllers.adaptdl_ctl:AdaptDLController",
     "random": "dynamix_hvd.controllers.random_ctl:RandomController",
     "ppo": "dynamix_hvd.controllers.ppo:PPOController",
 }
@@ -21,7 +22,7 @@ REGISTRY: dict[str, str] = {
 
 # the built-in controllers whose ``uses_noise_scale`` is True (by name, so that resolving the
 # config's ``gns = auto`` on every rank imports no controller module; a test checks the classes)
-NOISE_SCALE_READERS = frozenset({"goodput", "ppo"})
+NOISE_SCALE_READERS = frozenset({"goodput", "ppo", "adaptdl"})
 
 
 def uses_noise_scale(controller: str | Controller) -> bool:

@@ -42,7 +42,7 @@ from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
 from dynamix_hvd.replay.throughput import build_throughput
 from dynamix_hvd.traces import DATA_DIR, load_pollux
 
-CONTROLLERS = ("static", "proportional", "goodput", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe",
+CONTROLLERS = ("static", "proportional", "goodput", "adaptdl", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe",
                "hindsight_safe", "hindsight_safe_beam", "hindsight")
 
 
