@@ -23,7 +23,8 @@ replay world runs none), so ``optimize(..., accumulation=True)`` never splits a 
 0.2.11's ``accumulation=False`` branch calls ``np.int``, which numpy 1.24 removed.
 
 Fitting is a scipy optimisation with autograd (0.05-1 s here); it runs when the profile gains a
-configuration and otherwise every ``refit_every`` decisions (AdaptDL refits as its profile grows).
+configuration and otherwise every ``refit_every`` decisions (a fit at every decision would cost
+more than the rest of it; AdaptDL's own refit cadence is not copied).
 Needs the optional dependency ``adaptdl`` (installed by ``scripts/setup_env.sh``).
 """
 from __future__ import annotations
