@@ -40,7 +40,8 @@ def _moves(proposed: Sequence[float], current: Plan) -> bool:
 def decide_plan(controller: Controller, state: ClusterState, bounds: PlanBounds, start_step: int,
                 limits: MoveLimits | None, global_batch: float = math.nan) -> tuple[Plan, Sequence[float], list[str]]:
     """The controller loop's one step: ``controller.decide(state)`` -> (rescaled to ``global_batch``
-    when that is finite and > 0: the goodput guard's revert) -> per-decision move ``limits`` (none
+    when that is finite and > 0: the goodput guard's revert, which ``MoveLimits.reverting`` lets reach it in
+    this decision) -> per-decision move ``limits`` (none
     for an exact controller, a proposal of the current sizes, or ``limits=None``) -> ``next_plan``
     from ``start_step``. Returns (next plan, the proposal after the limits, one note per limit that
     bound). The plan is ``state.plan`` itself when it stays. Exceptions of the controller propagate.
@@ -51,6 +52,8 @@ def decide_plan(controller: Controller, state: ClusterState, bounds: PlanBounds,
     total = float(sum(proposed))
     if math.isfinite(global_batch) and global_batch > 0 and total > 0:
         proposed = [float(x) * global_batch / total for x in proposed]
+        if limits is not None:      # the revert reaches the batch measured good in this decision
+            limits = limits.reverting(float(sum(current.batch_sizes)), global_batch)
     notes: list[str] = []
     # (a proposal of the current sizes has nothing to limit: skip the 0.5 ms of limit_proposal)
     if limits is not None and not controller.exact and _moves(proposed, current):
@@ -83,15 +86,29 @@ class Interval(NamedTuple):
 
 
 def control_loop(sim: Simulator, controller: Controller, bounds: PlanBounds, plan: Plan, *,
-                 limits: MoveLimits | None = None, max_intervals: int | None = None) -> Iterator[Interval]:
+                 limits: MoveLimits | None = None, max_intervals: int | None = None,
+                 decider: "Decider | None" = None) -> Iterator[Interval]:
     """The live decision loop on a simulator: run ``plan`` for one interval, then until the
     simulator is done (or ``max_intervals`` intervals ran, the first included): state ->
     ``decide_plan`` -> one interval, yielding each. The caller's code between two yields runs
-    before the next decision (rewards, waiting for a background update)."""
+    before the next decision (rewards, waiting for a background update).
+
+    With ``decider`` (a ``Decider`` around ``controller``) each decision is the live hook's whole one:
+    the goodput guard with its fallback and revert, then the Decider's own move limits (``limits`` is
+    not used). A controller that raises stops the loop here (offline a fault is a bug to see, not a
+    job to keep running)."""
     out = sim.step(plan.batch_sizes)
     n = 1
     while not sim.done and (max_intervals is None or n < max_intervals):
-        new = decide_plan(controller, sim.cluster_state(plan, out), bounds, sim.t, limits)[0]
+        state = sim.cluster_state(plan, out)
+        if decider is None:
+            new = decide_plan(controller, state, bounds, sim.t, limits)[0]
+        else:
+            record: dict[str, Any] = {}
+            new = decider.decide(state.workers, state.glob, plan, sim.t, record)
+            if "controller_error" in record:
+                raise RuntimeError(f"controller {decider.controller.name!r} failed: {record['controller_error']}")
+            decider.applied(new, plan)
         prev, plan = plan, new
         out = sim.step(plan.batch_sizes)
         n += 1

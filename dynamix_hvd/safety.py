@@ -149,6 +149,20 @@ class MoveLimits:
         policy trained with ``ActionConfig.pass_hold`` runs behind, ``decide.decide_plan``)."""
         return replace(self, hold_global_without_gns=False)
 
+    def reverting(self, B_cur: float, B_back: float) -> "MoveLimits":
+        """The limits of the goodput guard's revert from ``B_cur`` to ``B_back``, the global batch its
+        reference level was measured at (``decide.decide_plan``): reached in this one decision, held
+        neither by the global move limit nor by the hold on an unstable noise-scale estimate (a batch
+        the job has run at that level is no untried move); each rank may move by the revert's ratio on
+        top of its usual limit. Live (session 65) a revert from 256 to 128 was cut to 171 by the
+        global limit, and the fallback controller, which keeps the global batch it is given, ran the
+        rest of the job at 171."""
+        if not (math.isfinite(B_cur) and math.isfinite(B_back) and B_cur > 0 and B_back > 0):
+            return self
+        r = max(B_back / B_cur, B_cur / B_back)
+        return replace(self, hold_global_without_gns=False, max_global_change=max(self.max_global_change, r - 1.0),
+                       max_rank_change=max(self.max_rank_change, r * (1.0 + self.max_rank_change) - 1.0))
+
 
 def global_range(B_cur: float, stable: bool, room: float, limits: MoveLimits) -> tuple[float, float]:
     """The global batches one decision may reach from ``B_cur`` (pure; the one statement of the

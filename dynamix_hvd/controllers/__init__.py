@@ -32,13 +32,18 @@ def uses_noise_scale(controller: str | Controller) -> bool:
     return bool(getattr(controller, "uses_noise_scale", True))
 
 
-def make_controller(name: str, bounds: PlanBounds, base_batch: int, **kwargs: Any) -> Controller:
-    """Build a controller by name; unknown names raise ValueError listing the known ones."""
+def controller_class(name: str) -> type[Controller]:
+    """The class of a registered controller (its module imported); unknown names raise ValueError
+    listing the known ones."""
     if name not in REGISTRY:
         raise ValueError(f"unknown controller {name!r}; choose one of {sorted(REGISTRY)}")
     module_name, cls_name = REGISTRY[name].split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(bounds, base_batch, **kwargs)
+    return getattr(importlib.import_module(module_name), cls_name)
 
 
-__all__ = ["Controller", "REGISTRY", "NOISE_SCALE_READERS", "make_controller", "uses_noise_scale"]
+def make_controller(name: str, bounds: PlanBounds, base_batch: int, **kwargs: Any) -> Controller:
+    """Build a controller by name; unknown names raise ValueError listing the known ones."""
+    return controller_class(name)(bounds, base_batch, **kwargs)
+
+
+__all__ = ["Controller", "REGISTRY", "controller_class", "NOISE_SCALE_READERS", "make_controller", "uses_noise_scale"]

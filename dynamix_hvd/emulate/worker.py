@@ -21,9 +21,9 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -62,26 +62,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @dataclass(frozen=True)
 class ControllerSpec:
     """A bench controller spec: ``NAME``, ``oracle@B`` (the oracle at a fixed global batch B, for
-    headroom sweeps), ``ppo=PATH`` (the PPO controller with the policy file PATH), any with
-    ``:fixed`` appended (decisions only every interval_steps: the early-decision detector off, for
-    A/B runs)."""
+    headroom sweeps), ``ppo=PATH`` (the PPO controller with the policy file PATH), ``ppo?OPTS`` /
+    ``ppo=PATH?OPTS`` (its options, ``controllers.policy.options``: ``ppo?refute=1&passguard=on``),
+    any with ``:fixed`` appended (decisions only every interval_steps: the early-decision detector
+    off, for A/B runs)."""
 
     name: str
     global_batch: int | None = None
     react: bool = True
     policy: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)   # PPOController keyword arguments
+
+    def controller_kwargs(self) -> dict[str, Any]:
+        """The hook's ``controller_kwargs`` for this spec."""
+        return {**({"policy": self.policy} if self.policy else {}), **self.options}
 
 
 def parse_controller(spec: str) -> ControllerSpec:
     """Parse a controller spec (see ``ControllerSpec``). Raises ValueError naming a bad spec."""
+    from dynamix_hvd.controllers.policy.options import ppo_options
     base, colon, opt = spec.partition(":")
     if colon and opt != "fixed":
         raise ValueError(f"controller {spec!r}: the only option after ':' is 'fixed' (no early decisions)")
+    base, qmark, opts = base.partition("?")
     name, eq, path = base.partition("=")
+    if qmark and name != "ppo":
+        raise ValueError(f"controller {spec!r}: only ppo takes options after '?' (ppo?refute=1, ppo=PATH?trust=0.05)")
     if eq:
         if name != "ppo" or not path:
             raise ValueError(f"controller {spec!r}: only ppo takes a policy file (ppo=PATH)")
-        return ControllerSpec(name, None, not colon, path)
+        return ControllerSpec(name, None, not colon, path, ppo_options(opts, spec))
+    if qmark:
+        return ControllerSpec(name, None, not colon, None, ppo_options(opts, spec))
     name, sep, arg = base.partition("@")
     if not sep:
         return ControllerSpec(name, None, not colon)
@@ -105,7 +117,7 @@ def hook_config(sc: Scenario, spec: ControllerSpec, world: int, max_batches: Seq
                         max_batch=tuple(max_batches),
                         min_global_batch=sc.min_global_batch, lr_rule=sc.lr_rule,
                         run_dir=str(run_dir), seed=sc.seed, tensorboard=True,
-                        controller_kwargs={"policy": spec.policy} if spec.policy else {})
+                        controller_kwargs=spec.controller_kwargs())
     if spec.global_batch is not None:  # oracle@B runs at B even below the floor (before: oracle@48 ran at 64)
         cfg = replace(cfg, min_global_batch=min(cfg.min_global_batch_for(world), spec.global_batch),
                       max_batch_growth=max(1.0, spec.global_batch / (sc.base_batch * world)))

@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -152,38 +153,13 @@ def policy_files(path: str) -> list[str]:
 
 def build_controller(name: str, sim: ReplaySim, seed: int):
     from dynamix_hvd.controllers import make_controller
+    from dynamix_hvd.controllers.policy.options import ppo_options
     bounds = sim.bounds()
     if name.startswith("ppo:"):
         path, opts = split_policy_spec(name[4:])     # ppo:PATH?trust=0.03, ppo:A+B+C?ensemble=median, ?support=off
         files = policy_files(path)
         kwargs: dict[str, Any] = {"members": files[1:]} if len(files) > 1 else {}
-        for kv in filter(None, opts.split("&")):
-            key, _, value = kv.partition("=")
-            if key == "ensemble":
-                kwargs["ensemble"] = value
-                continue
-            if key == "passguard":      # passguard=on: the warm-up and refute guard hold the pass action too
-                if value not in ("on", "off"):
-                    raise ValueError(f"controller {name!r}: passguard={value!r} (expected on or off)")
-                kwargs["guard_pass"] = value == "on"
-                continue
-            if key == "support":        # support=off: ignore the policy's recorded training support
-                if value not in ("on", "off"):
-                    raise ValueError(f"controller {name!r}: support={value!r} (expected on or off)")
-                kwargs["support"] = value == "on"
-                continue
-            if key in ("refute", "warmup"):   # refute=0: repeat departures goodput undid; warmup=K: none in
-                if not value.isdigit():        # the first K decisions (controllers/policy/refute.py)
-                    raise ValueError(f"controller {name!r}: {key}={value!r} (expected an integer >= 0)")
-                kwargs[key] = int(value)
-                continue
-            if key not in ("trust", "margin"):
-                raise ValueError(f"controller {name!r}: unknown option {key!r} "
-                                 "(known: trust, margin, ensemble, support, refute, warmup, passguard)")
-            try:
-                kwargs[key] = float(value)
-            except ValueError:
-                raise ValueError(f"controller {name!r}: {key}={value!r} is not a number") from None
+        kwargs.update(ppo_options(opts, name))
         return make_controller("ppo", bounds, sim.base_batch, policy=files[0] if files else None, **kwargs)
     if name == "random":
         return make_controller("random", bounds, sim.base_batch, seed=seed)
@@ -191,25 +167,52 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
 
 
 def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 200_000,
-                   limits: bool = True, controller: Any = None) -> dict[str, Any]:
+                   limits: bool = True, controller: Any = None, guard: bool = True) -> dict[str, Any]:
     """The live hook's loop (``decide.control_loop``) on replayed records: state -> decide ->
     per-decision move limits (``safety.limit_proposal`` with the default ``MoveLimits``, as
     ``decide.Decider``; off with ``limits=False``) -> next_plan -> one interval. No global-batch
     growth cap: the traces were measured with AdaScale (``lr_rule="adascale"``: unbounded growth).
-    ``controller``: an instance to run instead of building ``name``'s."""
-    from dynamix_hvd.decide import control_loop
+    ``controller``: an instance to run instead of building ``name``'s.
+
+    A guarded controller (goodput, ppo) runs inside the live hook's ``Decider`` with the default
+    configuration, as it runs live: after a decision of it, goodput (samples/s x the statistical
+    efficiency of the measured noise scale) more than 10% below its reference for 2 intervals hands
+    the job to the fallback controller (proportional) at the global batch the reference was
+    measured at (``safety.GoodputGuard``). ``guard=False`` (or ``limits=False``) runs the controller
+    alone, as every replay before session 65 did. The result's ``fallback`` is the decision at which
+    the guard fired (None: never)."""
+    from dynamix_hvd.decide import Decider, control_loop
     from dynamix_hvd.safety import MoveLimits
     sim.reset(seed)
     ctl = controller if controller is not None else build_controller(name, sim, seed)
     plan = Plan.uniform(sim.n, sim.base_batch)
     Bs = [plan.global_batch]
-    for _, plan, _ in control_loop(sim, ctl, sim.bounds(), plan, limits=MoveLimits() if limits else None,
-                                   max_intervals=max_decisions):
-        Bs.append(plan.global_batch)
-    return {"time_to_target_s": sim.time if sim.reached else None, "schedule": Bs, "decisions": sim.decisions}
+    decider = None
+    if guard and limits and ctl.guarded:
+        from dynamix_hvd.config import DynamixConfig
+        decider = Decider(DynamixConfig(base_batch=sim.base_batch), sim.bounds(), sim.n * sim.base_batch,
+                          controller=ctl, say=lambda s: None)
+    fallback = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)    # the fallback's warning: counted below instead
+        for k, (_, plan, _) in enumerate(control_loop(sim, ctl, sim.bounds(), plan, limits=MoveLimits() if limits
+                                                      else None, max_intervals=max_decisions, decider=decider)):
+            Bs.append(plan.global_batch)
+            if fallback is None and decider is not None and decider.controller is not ctl:
+                fallback = k
+    return {"time_to_target_s": sim.time if sim.reached else None, "schedule": Bs, "decisions": sim.decisions,
+            "fallback": fallback}
 
 
-def run_one(sim: ReplaySim, name: str, seed: int, limits: bool = True) -> dict[str, Any]:
+def is_guarded(name: str) -> bool:
+    """Whether controller ``name`` (a replay name: ``goodput``, ``ppo``, ``ppo:PATH?OPTS``, an oracle) runs
+    behind the live hook's goodput guard (its class's ``guarded``; oracles do not)."""
+    from dynamix_hvd.controllers import REGISTRY, controller_class
+    base = "ppo" if name.startswith("ppo:") else name
+    return base in REGISTRY and bool(controller_class(base).guarded)
+
+
+def run_one(sim: ReplaySim, name: str, seed: int, limits: bool = True, guard: bool = True) -> dict[str, Any]:
     if name == "hindsight":
         return run_hindsight(sim, seed)
     if name == "causal_safe":
@@ -219,7 +222,7 @@ def run_one(sim: ReplaySim, name: str, seed: int, limits: bool = True) -> dict[s
     if name in ("causal", "causal4", "causal_blind"):
         from dynamix_hvd.controllers.goodput import SCALES
         return run_causal(sim, seed, max_scale=SCALES[-1] if name == "causal4" else None, blind=name == "causal_blind")
-    return run_controller(sim, name, seed, limits=limits)
+    return run_controller(sim, name, seed, limits=limits, guard=guard)
 
 
 def summarise(times: Sequence[float | None]) -> dict[str, Any]:
@@ -230,11 +233,11 @@ def summarise(times: Sequence[float | None]) -> dict[str, Any]:
             "reached_fraction": float(np.isfinite(t).mean()) if t.size else 0.0}
 
 
-def replay(world: World, controllers: Sequence[str], seeds: Sequence[int]) -> dict[str, Any]:
+def replay(world: World, controllers: Sequence[str], seeds: Sequence[int], guard: bool = True) -> dict[str, Any]:
     sim = world.sim
     res: dict[str, Any] = {}
     for c in controllers:
-        res[c] = summarise([run_one(sim, c, s)["time_to_target_s"] for s in seeds])
+        res[c] = summarise([run_one(sim, c, s, guard=guard)["time_to_target_s"] for s in seeds])
     if "goodput" in res:       # each controller's median over goodput's, with its paired interval (replay.paired)
         g = res["goodput"]["time_to_target_s"]
         for c, r in res.items():
@@ -245,7 +248,7 @@ def replay(world: World, controllers: Sequence[str], seeds: Sequence[int]) -> di
     pm = sim.pm
     extra = {"scenario": sim.scenario_info} if sim.scenario_info else {}
     return {"workload": world.name, "workers": sim.n, "target_metric": pm.target, "controllers": res, **extra,
-            "settings": {"speed_trace": world.trace.label, "gns_model": sim.gns_model, "seeds": list(seeds),
+            "settings": {"speed_trace": world.trace.label, "gns_model": sim.gns_model, "seeds": list(seeds), "guard": guard,
                          "metric_increases": pm.increasing,
                          "start_metric": pm.start, "base_batch": sim.base_batch, "interval_steps": sim.interval_steps,
                          "bounds": {"min_global_batch": sim.bounds().min_global_batch,
@@ -272,6 +275,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "workload captured on the scenario, else the static step-time ratio)")
     p.add_argument("--controllers", default=",".join(CONTROLLERS), help="comma list; ppo:PATH for a policy file")
     p.add_argument("--seeds", type=int, default=20, help="seeds 0..K-1 (one world each, shared by all controllers)")
+    p.add_argument("--guard", choices=("on", "off"), default="on",
+                   help="on (default): goodput and ppo run behind the live hook's goodput guard and its fallback to "
+                        "proportional, as live; off: the controllers alone")
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--speeds", default=None, help="per-rank hardware factors, e.g. 1,1,2,4 (cycled over N ranks); "
                                                   "default: drawn per seed")
@@ -317,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:      # TraceError and ScenarioError are ValueErrors
         print(f"dynamix replay: {exc}")
         return 2
-    out = replay(world, names, list(range(args.seeds)))
+    out = replay(world, names, list(range(args.seeds)), guard=args.guard == "on")
     out["settings"]["wall_s"] = round(time.perf_counter() - t0, 2)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))

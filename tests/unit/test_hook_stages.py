@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -67,6 +68,37 @@ def test_decider_keeps_plan_on_faults_then_falls_back():
             assert d.decide(_workers(2), GlobalStats(samples_per_s=1.0), cur, 5, rec) is cur
     assert "controller_error" in rec and rec["fallback"]["to"] == "static"
     assert d.controller.name == "static"
+
+
+def test_guard_revert_reaches_the_batch_measured_good_in_one_decision():
+    # live (session 65): a policy grew B 128 -> 192 -> 256, goodput fell, the guard fired and asked
+    # for 128, the global move limit (a factor 1.5) cut the revert to 171, and the fallback
+    # (proportional keeps the global batch it is given) ran the rest of the job at 171
+    class Grow(Fixed):
+        guarded = True
+
+    cfg = DynamixConfig(base_batch=32, deadband=0.0, max_global_change=0.5, guard_drop=0.1, guard_patience=2)
+    bounds = PlanBounds(max_batch=(256,) * 4, deadband=0.0)
+    d = Decider(cfg, bounds, 128, Grow(bounds, 32), say=lambda s: None)
+
+    def rows(plan):   # compute in proportion to the batch, a synchronous step: samples/s stays, efficiency falls
+        step = 1e-3 * max(plan.batch_sizes) + 0.01
+        return [WorkerStats(rank=r, batch_size=b, max_batch=256, steps=10, compute_s=1e-3 * b, step_s=step)
+                for r, b in enumerate(plan.batch_sizes)]
+
+    plan = Plan(0, (40, 40, 40, 8))
+    # the revert's decision sees an unstable estimate: the hold on it must not keep 256 either
+    for sizes, stable in (([40, 40, 40, 8], True), ([60, 60, 60, 12], True), ([80, 80, 80, 16], True),
+                          ([80, 80, 80, 16], False)):
+        d.controller.sizes = sizes
+        rec: dict = {}
+        sps = plan.global_batch / rows(plan)[0].step_s
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            plan = d.decide(rows(plan), GlobalStats(samples_per_s=sps, noise_scale=90.0, noise_scale_stable=stable,
+                                                    noise_scale_rel_err=0.2), plan, 10, rec)
+    assert rec["fallback"]["to"] == "proportional" and rec["fallback"]["global_batch"] == 128
+    assert plan.global_batch == 128, plan.batch_sizes
 
 
 def test_step_meter_ring_and_since():

@@ -293,3 +293,31 @@ def _commit(sim, b):
     iv = sim.run_interval(b)
     sim.commit(iv)
     return iv
+
+
+def test_guarded_controllers_run_behind_the_live_guard_and_its_revert():
+    # session 65: the replay drives goodput and ppo inside the live hook's Decider, so a controller
+    # whose moves lose goodput is handed to the fallback at the batch measured good, as live
+    from dynamix_hvd.controllers.base import Controller
+    from dynamix_hvd.replay.runner import is_guarded
+
+    class Doubler(Controller):      # doubles the global batch at every decision: goodput falls
+        name = "doubler"
+        guarded = True
+
+        def decide(self, state):
+            return [2.0 * b for b in state.plan.batch_sizes]
+
+    world = make_world("cifar10", "none", 4, interval_steps=40)
+    sim = world.sim
+    bounds = sim.bounds()
+    on = run_controller(sim, "doubler", seed=1, max_decisions=30, controller=Doubler(bounds, sim.base_batch))
+    off = run_controller(sim, "doubler", seed=1, max_decisions=30, controller=Doubler(bounds, sim.base_batch),
+                         guard=False)
+    assert off["fallback"] is None and off["schedule"][-1] > 4 * off["schedule"][0]
+    k = on["fallback"]
+    assert k is not None and k >= 2, on["schedule"]
+    # the revert: the plan after the fallback runs the global batch of the guard's reference, and stays
+    assert on["schedule"][k + 1] < on["schedule"][k] and on["schedule"][-1] == on["schedule"][k + 1]
+    assert is_guarded("goodput") and is_guarded("ppo:x.zip?refute=1") and not is_guarded("proportional")
+    assert not is_guarded("hindsight")

@@ -160,9 +160,27 @@ def test_controller_specs_parse_the_fixed_interval_option():
     assert parse_controller("oracle@64:fixed") == ControllerSpec("oracle", 64, False)
     assert parse_controller("ppo=a/b.zip:fixed") == ControllerSpec("ppo", None, False, "a/b.zip")
     for bad, word in [("ppo:often", "'fixed'"), ("goodput@64", "only the oracle"), ("oracle@0", ">= 1"),
-                      ("goodput=a.zip", "only ppo takes a policy file"), ("ppo=", "only ppo takes a policy file")]:
+                      ("goodput=a.zip", "only ppo takes a policy file"), ("ppo=", "only ppo takes a policy file"),
+                      ("goodput?refute=1", "only ppo takes options"), ("ppo?refute=one", "'one'"),
+                      ("ppo?passguard=yes", "on or off"), ("ppo?trsut=0.1", "unknown option 'trsut'")]:
         with pytest.raises(ValueError, match=word):
             parse_controller(bad)
+
+
+def test_bench_ppo_options_reach_the_controller(tmp_path: Path) -> None:
+    # ppo?OPTS / ppo=PATH?OPTS: the replay's option syntax (controllers.policy.options), live
+    from dynamix_hvd.controllers.policy.io import default_policy_path
+    from dynamix_hvd.decide import Decider
+    from dynamix_hvd.emulate.worker import hook_config, parse_controller
+    from dynamix_hvd.plan import PlanBounds
+
+    spec = parse_controller(f"ppo={default_policy_path()}?refute=1&passguard=on&warmup=3:fixed")
+    assert spec.policy == str(default_policy_path()) and not spec.react
+    assert spec.options == {"refute": 1, "guard_pass": True, "warmup": 3}
+    cfg = hook_config(load_scenario("hetero4x_adascale"), spec, 4, [256] * 4, tmp_path)
+    ctl = Decider(cfg, PlanBounds(max_batch=(256,) * 4), 128).controller
+    assert ctl.name == "ppo" and ctl.guard_pass and ctl.refute.limit == 1 and ctl.refute.warmup == 3
+    assert parse_controller("ppo?trust=0.05").controller_kwargs() == {"trust": 0.05}
 
 
 def test_bench_order_rotates_per_repeat_and_labels_name_the_same_spec():
