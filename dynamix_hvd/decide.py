@@ -194,11 +194,12 @@ class Decider:
         revert_B = math.nan
         if self.controller.guarded and self.guard.observe(goodput, self.changed_last, slowdown,
                                                           float(current.global_batch)):
-            self.fall_back(record, f"goodput fell more than {self.config.guard_drop:.0%} for "
-                                   f"{self.config.guard_patience} intervals after {self.controller.name} decisions")
             # undo the decisions that lost the goodput: the fallback starts from the global batch the
-            # guard's reference level was measured at (the fallback keeps the global batch it is given)
+            # guard's reference level was measured at (read before fall_back gives the new controller a new guard)
             revert_B = self.guard.baseline_B
+            self.fall_back(record, f"goodput fell more than {self.config.guard_drop:.0%} for "
+                                   f"{self.config.guard_patience} intervals after {self.controller.name} decisions",
+                           getattr(self.controller, "guard_fallback", None))
             record["fallback"]["global_batch"] = revert_B
         try:
             proposal, proposed, notes = decide_plan(self.controller, state, self.bounds, start_step, self.limits,
@@ -224,9 +225,13 @@ class Decider:
         record["goodput"] = goodput
         return proposal, proposed
 
-    def fall_back(self, record: dict[str, Any], reason: str) -> None:
+    def fall_back(self, record: dict[str, Any], reason: str, to: str | None = None) -> None:
+        """Hand the job to controller ``to`` (None: the configured ``fallback_controller``), built anew."""
         old = self.controller.name
-        self.controller = make_controller(self.config.fallback_controller, self.bounds, self.config.base_batch)
+        self.controller = make_controller(to or self.config.fallback_controller, self.bounds, self.config.base_batch)
+        # a new reference for the new controller (a guarded fallback, goodput after ppo, is judged on its own
+        # decisions: the interval after the revert still ran partly under the plan that lost)
+        self.guard = GoodputGuard(drop=self.config.guard_drop, patience=self.config.guard_patience)
         self.errors.ok()
         record["fallback"] = {"from": old, "to": self.controller.name, "reason": reason}
         warnings.warn(f"dynamix: falling back from {old!r} to {self.controller.name!r}: {reason}",

@@ -24,6 +24,9 @@ class Controller(abc.ABC):
     # goodput guard (safety.GoodputGuard) falls back to the simple controller when measured goodput
     # stays below the level before its decisions
     guarded: bool = False
+    # the controller that guard hands the job to (None: the configured ``fallback_controller``); a
+    # policy anchored on goodput names goodput, its own no-op (``PPOController``'s ``guard_fallback``)
+    guard_fallback: str | None = None
     # True when ``decide`` reads the gradient noise scale (state.glob.noise_scale, directly or
     # through the goodput guard): with ``gns`` left to auto the hook takes gradient statistics
     # (a per-step cost: issue 25) only for such a controller. True by default: a controller of

@@ -74,7 +74,8 @@ class PPOController(Controller):
                  finetune_lr: float = 1e-4, finetune_epochs: int = 4, finetune_seed: int | None = None,
                  reference_goodput_fn: Callable[[ClusterState], float] | None = None, trust: float = 0.0,
                  members: Sequence[str | os.PathLike] = (), ensemble: str = "consensus", support: bool = True,
-                 margin: float = 0.0, refute: int = 2, warmup: int | None = None, guard_pass: bool = False) -> None:
+                 margin: float = 0.0, refute: int = 2, warmup: int | None = None, guard_pass: bool = False,
+                 guard_fallback: str | None = "goodput") -> None:
         super().__init__(bounds, base_batch)
         from dynamix_hvd.controllers.policy.ensemble import RULES
         if ensemble not in RULES:
@@ -102,6 +103,15 @@ class PPOController(Controller):
         # the pass action (goodput's batch with the hold passed) counted as a departure by the warm-up and
         # the refute guard: upward or downward as goodput's unheld batch lies from its held one (_direction_of)
         self.guard_pass = guard_pass
+        from dynamix_hvd.controllers import REGISTRY
+        if guard_fallback is not None and (guard_fallback not in REGISTRY or guard_fallback in ("ppo", "oracle")):
+            raise ValueError(f"guard_fallback={guard_fallback!r}: one of "
+                             f"{sorted(set(REGISTRY) - {'ppo', 'oracle'})} or None (the configured fallback_controller)")
+        # when the goodput guard fires after this controller's decisions the job goes to goodput, the
+        # policy's no-op (its anchor), and from there, if goodput's own decisions lose too, to the
+        # configured fallback_controller (decide.Decider). Before session 65 it went to proportional
+        # at once, which never grows the batch again: 15-20% slower in two replay episodes of 240
+        self.guard_fallback = guard_fallback
         if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0):
             raise ValueError(f"warmup={warmup!r}: an integer >= 0 (0: off; None: the goodput model's history)")
         from dynamix_hvd.controllers.policy.actions import ActionConfig

@@ -101,6 +101,33 @@ def test_guard_revert_reaches_the_batch_measured_good_in_one_decision():
     assert plan.global_batch == 128, plan.batch_sizes
 
 
+def test_guard_hands_a_policy_to_its_anchor_first_with_a_new_reference():
+    # session 65: a controller naming a guard_fallback (ppo: goodput, its no-op) goes there, not to the
+    # configured fallback, and that guarded fallback is judged on its own decisions from then on
+    class GrowAnchored(Fixed):
+        guarded = True
+        guard_fallback = "goodput"
+
+    import dynamix_hvd.controllers.base as base_mod
+    assert base_mod.Controller.guard_fallback is None
+    cfg = DynamixConfig(base_batch=32, deadband=0.0, guard_drop=0.1, guard_patience=2)
+    bounds = PlanBounds(max_batch=(256,) * 4, deadband=0.0)
+    d = Decider(cfg, bounds, 128, GrowAnchored(bounds, 32), say=lambda s: None)
+    plan = Plan(0, (40, 40, 40, 8))
+    for sizes in ([40, 40, 40, 8], [60, 60, 60, 12], [80, 80, 80, 16], [80, 80, 80, 16]):
+        d.controller.sizes = sizes
+        rec: dict = {}
+        step = 1e-3 * max(plan.batch_sizes) + 0.01
+        rows = [WorkerStats(rank=r, batch_size=b, max_batch=256, steps=10, compute_s=1e-3 * b, step_s=step)
+                for r, b in enumerate(plan.batch_sizes)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            plan = d.decide(rows, GlobalStats(samples_per_s=plan.global_batch / step, noise_scale=90.0,
+                                              noise_scale_stable=True, noise_scale_rel_err=0.2), plan, 10, rec)
+    assert rec["fallback"]["to"] == "goodput" and plan.global_batch == 128
+    assert d.controller.name == "goodput" and d.guard.bad == 0 and math.isnan(d.guard.baseline)
+
+
 def test_step_meter_ring_and_since():
     m = StepMeter(capacity=8)
     for i in range(20):

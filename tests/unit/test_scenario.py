@@ -181,6 +181,14 @@ def test_bench_ppo_options_reach_the_controller(tmp_path: Path) -> None:
     ctl = Decider(cfg, PlanBounds(max_batch=(256,) * 4), 128).controller
     assert ctl.name == "ppo" and ctl.guard_pass and ctl.refute.limit == 1 and ctl.refute.warmup == 3
     assert parse_controller("ppo?trust=0.05").controller_kwargs() == {"trust": 0.05}
+    assert ctl.guard_fallback == "goodput"                     # the default: the policy's anchor
+    assert parse_controller("ppo?fallback=config").options == {"guard_fallback": None}
+    spec = parse_controller("ppo?fallback=proportional")
+    cfg = hook_config(load_scenario("hetero4x_adascale"), spec, 4, [256] * 4, tmp_path)
+    assert Decider(cfg, PlanBounds(max_batch=(256,) * 4), 128).controller.guard_fallback == "proportional"
+    from dynamix_hvd.controllers import make_controller
+    with pytest.raises(ValueError, match="guard_fallback='ppo'"):
+        make_controller("ppo", PlanBounds(max_batch=(256,) * 4), 32, guard_fallback="ppo")
 
 
 def test_bench_order_rotates_per_repeat_and_labels_name_the_same_spec():

@@ -11,7 +11,7 @@ from typing import Any
 ON_OFF = {"passguard": "guard_pass", "support": "support"}   # option -> keyword, value on / off
 INTEGERS = ("refute", "warmup")                            # >= 0
 NUMBERS = ("trust", "margin")
-KNOWN = ("trust", "margin", "ensemble", "support", "refute", "warmup", "passguard")
+KNOWN = ("trust", "margin", "ensemble", "support", "refute", "warmup", "passguard", "fallback")
 
 
 def ppo_options(opts: str, spec: str) -> dict[str, Any]:
@@ -20,12 +20,18 @@ def ppo_options(opts: str, spec: str) -> dict[str, Any]:
     ``trust=X`` / ``margin=X`` (numbers), ``ensemble=RULE``, ``support=on|off`` (off: ignore the
     policy's recorded training support), ``refute=K`` (0: repeat departures goodput undid),
     ``warmup=K`` (no departure in the first K decisions), ``passguard=on|off`` (the warm-up and refute
-    guard hold the pass action too). ``spec`` is the whole controller spec, for the error message."""
+    guard hold the pass action too), ``fallback=NAME`` (the controller the goodput guard hands the job to;
+    default goodput; ``config``: the configured fallback_controller). ``spec`` is the whole controller
+    spec, for the error message."""
     kwargs: dict[str, Any] = {}
     for kv in filter(None, opts.split("&")):
         key, _, value = kv.partition("=")
         if key == "ensemble":
             kwargs["ensemble"] = value
+        elif key == "fallback":
+            if not value:
+                raise ValueError(f"controller {spec!r}: fallback= needs a controller name (or config)")
+            kwargs["guard_fallback"] = None if value == "config" else value
         elif key in ON_OFF:
             if value not in ("on", "off"):
                 raise ValueError(f"controller {spec!r}: {key}={value!r} (expected on or off)")
