@@ -70,33 +70,38 @@ def test_decider_keeps_plan_on_faults_then_falls_back():
     assert d.controller.name == "static"
 
 
+class Grow(Fixed):
+    """Proposes the sizes it is given; guarded, as goodput and ppo are."""
+    guarded = True
+
+
+def _grow_until_the_guard_fires(controller_cls, unstable_last: bool = False):
+    """Four decisions of a guarded controller growing B 128 -> 192 -> 256 at a constant samples/s (so the
+    statistical efficiency, and goodput, fall); returns the Decider, the last plan and the last record."""
+    cfg = DynamixConfig(base_batch=32, deadband=0.0, max_global_change=0.5, guard_drop=0.1, guard_patience=2)
+    bounds = PlanBounds(max_batch=(256,) * 4, deadband=0.0)
+    d = Decider(cfg, bounds, 128, controller_cls(bounds, 32), say=lambda s: None)
+    plan = Plan(0, (40, 40, 40, 8))
+    for k, sizes in enumerate(([40, 40, 40, 8], [60, 60, 60, 12], [80, 80, 80, 16], [80, 80, 80, 16])):
+        d.controller.sizes = sizes
+        rec: dict = {}
+        step = 1e-3 * max(plan.batch_sizes) + 0.01     # compute in proportion to the batch, a synchronous step
+        rows = [WorkerStats(rank=r, batch_size=b, max_batch=256, steps=10, compute_s=1e-3 * b, step_s=step)
+                for r, b in enumerate(plan.batch_sizes)]
+        stable = not (unstable_last and k == 3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            plan = d.decide(rows, GlobalStats(samples_per_s=plan.global_batch / step, noise_scale=90.0,
+                                              noise_scale_stable=stable, noise_scale_rel_err=0.2), plan, 10, rec)
+    return d, plan, rec
+
+
 def test_guard_revert_reaches_the_batch_measured_good_in_one_decision():
     # live (session 65): a policy grew B 128 -> 192 -> 256, goodput fell, the guard fired and asked
     # for 128, the global move limit (a factor 1.5) cut the revert to 171, and the fallback
-    # (proportional keeps the global batch it is given) ran the rest of the job at 171
-    class Grow(Fixed):
-        guarded = True
-
-    cfg = DynamixConfig(base_batch=32, deadband=0.0, max_global_change=0.5, guard_drop=0.1, guard_patience=2)
-    bounds = PlanBounds(max_batch=(256,) * 4, deadband=0.0)
-    d = Decider(cfg, bounds, 128, Grow(bounds, 32), say=lambda s: None)
-
-    def rows(plan):   # compute in proportion to the batch, a synchronous step: samples/s stays, efficiency falls
-        step = 1e-3 * max(plan.batch_sizes) + 0.01
-        return [WorkerStats(rank=r, batch_size=b, max_batch=256, steps=10, compute_s=1e-3 * b, step_s=step)
-                for r, b in enumerate(plan.batch_sizes)]
-
-    plan = Plan(0, (40, 40, 40, 8))
-    # the revert's decision sees an unstable estimate: the hold on it must not keep 256 either
-    for sizes, stable in (([40, 40, 40, 8], True), ([60, 60, 60, 12], True), ([80, 80, 80, 16], True),
-                          ([80, 80, 80, 16], False)):
-        d.controller.sizes = sizes
-        rec: dict = {}
-        sps = plan.global_batch / rows(plan)[0].step_s
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            plan = d.decide(rows(plan), GlobalStats(samples_per_s=sps, noise_scale=90.0, noise_scale_stable=stable,
-                                                    noise_scale_rel_err=0.2), plan, 10, rec)
+    # (proportional keeps the global batch it is given) ran the rest of the job at 171; the revert's
+    # decision here sees an unstable estimate: the hold on it must not keep 256 either
+    d, plan, rec = _grow_until_the_guard_fires(Grow, unstable_last=True)
     assert rec["fallback"]["to"] == "proportional" and rec["fallback"]["global_batch"] == 128
     assert plan.global_batch == 128, plan.batch_sizes
 
@@ -104,26 +109,11 @@ def test_guard_revert_reaches_the_batch_measured_good_in_one_decision():
 def test_guard_hands_a_policy_to_its_anchor_first_with_a_new_reference():
     # session 65: a controller naming a guard_fallback (ppo: goodput, its no-op) goes there, not to the
     # configured fallback, and that guarded fallback is judged on its own decisions from then on
-    class GrowAnchored(Fixed):
-        guarded = True
+    class GrowAnchored(Grow):
         guard_fallback = "goodput"
 
-    import dynamix_hvd.controllers.base as base_mod
-    assert base_mod.Controller.guard_fallback is None
-    cfg = DynamixConfig(base_batch=32, deadband=0.0, guard_drop=0.1, guard_patience=2)
-    bounds = PlanBounds(max_batch=(256,) * 4, deadband=0.0)
-    d = Decider(cfg, bounds, 128, GrowAnchored(bounds, 32), say=lambda s: None)
-    plan = Plan(0, (40, 40, 40, 8))
-    for sizes in ([40, 40, 40, 8], [60, 60, 60, 12], [80, 80, 80, 16], [80, 80, 80, 16]):
-        d.controller.sizes = sizes
-        rec: dict = {}
-        step = 1e-3 * max(plan.batch_sizes) + 0.01
-        rows = [WorkerStats(rank=r, batch_size=b, max_batch=256, steps=10, compute_s=1e-3 * b, step_s=step)
-                for r, b in enumerate(plan.batch_sizes)]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            plan = d.decide(rows, GlobalStats(samples_per_s=plan.global_batch / step, noise_scale=90.0,
-                                              noise_scale_stable=True, noise_scale_rel_err=0.2), plan, 10, rec)
+    assert Controller.guard_fallback is None
+    d, plan, rec = _grow_until_the_guard_fires(GrowAnchored)
     assert rec["fallback"]["to"] == "goodput" and plan.global_batch == 128
     assert d.controller.name == "goodput" and d.guard.bad == 0 and math.isnan(d.guard.baseline)
 

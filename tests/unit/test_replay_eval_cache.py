@@ -45,20 +45,24 @@ def test_oracles_are_evaluated_and_summarised_like_policies(tmp_path, capsys):
     assert "'hindsight_saf'" in capsys.readouterr().out
 
 
-def test_the_noise_scale_model_is_applied_and_cached_apart(tmp_path, capsys):
-    # --gns-model continuous runs every episode in that world (the measured noise scale no longer
-    # jumps at a batch change, so ncf's goodput runs another episode: 0.96x until session 51, 1.003x
-    # since the hold's margin became 3) and caches it under its own key
+def _eval_ncf4(cache, *extra: str) -> int:
+    """``dynamix eval-replay`` on ncf, no trace, N = 4, seed 0, one job, into ``cache``, with ``extra`` flags."""
     import argparse
 
     from dynamix_hvd.agent import replay_eval
     p = argparse.ArgumentParser()
     replay_eval.add_arguments(p)
+    return replay_eval.run(p.parse_args(["--workloads", "ncf", "--traces", "none", "--workers", "4", "--seeds", "1",
+                                         "--jobs", "1", "--cache", str(cache), *extra]))
+
+
+def test_the_noise_scale_model_is_applied_and_cached_apart(tmp_path, capsys):
+    # --gns-model continuous runs every episode in that world (the measured noise scale no longer
+    # jumps at a batch change, so ncf's goodput runs another episode: 0.96x until session 51, 1.003x
+    # since the hold's margin became 3) and caches it under its own key
     cache = tmp_path / "c.json"
     for model in ("run", "continuous"):
-        args = p.parse_args(["--workloads", "ncf", "--traces", "none", "--workers", "4", "--seeds", "1", "--jobs", "1",
-                             "--cache", str(cache), "--gns-model", model])
-        assert replay_eval.run(args) == 0
+        assert _eval_ncf4(cache, "--gns-model", model) == 0
     assert "noise-scale model continuous" in capsys.readouterr().out
     got = json.loads(cache.read_text())
     run, cont = got["ncf|none|4|0|goodput|guard"], got["ncf|none|4|0|goodput|gns=continuous|guard"]
@@ -69,16 +73,9 @@ def test_the_guard_is_on_by_default_and_cached_apart(tmp_path, capsys):
     # session 65: goodput and ppo run behind the live goodput guard unless --guard off; their episodes
     # are keyed '|guard' (the caches before hold the controllers alone under the plain keys), the
     # unguarded baselines' keys are unchanged
-    import argparse
-
-    from dynamix_hvd.agent import replay_eval
-    p = argparse.ArgumentParser()
-    replay_eval.add_arguments(p)
     cache = tmp_path / "c.json"
     for guard in ("on", "off"):
-        args = p.parse_args(["--workloads", "ncf", "--traces", "none", "--workers", "4", "--seeds", "1", "--jobs", "1",
-                             "--cache", str(cache), "--guard", guard])
-        assert replay_eval.run(args) == 0
+        assert _eval_ncf4(cache, "--guard", guard) == 0
     out = capsys.readouterr().out
     assert "goodput guard on" in out and "goodput guard off" in out
     keys = set(json.loads(cache.read_text()))
@@ -90,15 +87,8 @@ def test_the_guard_is_on_by_default_and_cached_apart(tmp_path, capsys):
 def test_policies_only_runs_a_baseline_named_in_oracles(tmp_path, capsys):
     # --policies-only --oracles goodput: the policy and goodput are cached for new seeds (the pair a
     # per-cell ratio needs), and no other baseline (static's episodes are the slow ones)
-    import argparse
-
-    from dynamix_hvd.agent import replay_eval
-    p = argparse.ArgumentParser()
-    replay_eval.add_arguments(p)
     cache = tmp_path / "c.json"
-    args = p.parse_args(["--workloads", "ncf", "--traces", "none", "--workers", "4", "--seeds", "1", "--jobs", "1",
-                         "--cache", str(cache), "--policies-only", "--oracles", "goodput"])
-    assert replay_eval.run(args) == 0
+    assert _eval_ncf4(cache, "--policies-only", "--oracles", "goodput") == 0
     assert "cached the policies' episodes" in capsys.readouterr().out
     ctls = sorted(k.split("|")[4] for k in json.loads(cache.read_text()))
     assert len(ctls) == 2 and ctls[0] == "goodput" and ctls[1].startswith("ppo#"), ctls
