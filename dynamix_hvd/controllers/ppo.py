@@ -36,6 +36,10 @@ which counts it as growth or shrinkage by the sign of goodput's unheld batch aga
 default: on the shipped cells it gives up the session-52 default's early passes, 0.977x goodput against 0.969x,
 session 53).
 
+When the hook's goodput guard stops it (goodput fell after its decisions), the job goes to goodput,
+the policy's own no-op, and from there to the configured ``fallback_controller`` (``guard_fallback``;
+``decide.Decider``).
+
 Each decision also says, in one word, what became of the policy's own choice (``last_outcome``,
 the decision log's ``policy`` field; ``POLICY_OUTCOMES``): ``outside_support`` (the observation was
 outside the policy's training support: goodput's plan), ``noop`` (the policy chose goodput's plan),

@@ -76,7 +76,7 @@ def run_order(names: list[str], rep: int) -> list[str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", required=True, help="scenario TOML file or the name of a shipped one")
     p.add_argument("--controllers", default=DEFAULT_CONTROLLERS, help="comma-separated controller specs: NAME, oracle@B (fixed global batch B), "
-                   "NAME:fixed (no early decisions, for A/B runs), ppo=PATH (a policy file), ppo?OPTS or ppo=PATH?OPTS (the PPO controller's options as dynamix replay takes them: refute=K, warmup=K, passguard=on, trust=X, margin=X, support=off, joined by &); SPEC#LABEL runs SPEC again under another name "
+                   "NAME:fixed (no early decisions, for A/B runs), ppo=PATH (a policy file), ppo?OPTS or ppo=PATH?OPTS (the PPO controller's options as dynamix replay takes them: refute=K, warmup=K, passguard=on, trust=X, margin=X, support=off, fallback=NAME, joined by &); SPEC#LABEL runs SPEC again under another name "
                    "(proportional,proportional#twin: an A/A pair, the bench's own noise floor); SPEC+autotune runs SPEC with "
                    "Horovod's autotuner on (HOROVOD_AUTOTUNE=1; static+autotune is the baseline 'Horovod autotune')")
     p.add_argument("--out", required=True, help="output directory (results.json, report.png, one dir per run)")

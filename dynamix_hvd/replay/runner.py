@@ -177,8 +177,8 @@ def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 20
     A guarded controller (goodput, ppo) runs inside the live hook's ``Decider`` with the default
     configuration, as it runs live: after a decision of it, goodput (samples/s x the statistical
     efficiency of the measured noise scale) more than 10% below its reference for 2 intervals hands
-    the job to the fallback controller (proportional) at the global batch the reference was
-    measured at (``safety.GoodputGuard``). ``guard=False`` (or ``limits=False``) runs the controller
+    the job on (ppo's to goodput, its ``guard_fallback``; goodput's to proportional) at the global
+    batch the reference was measured at (``safety.GoodputGuard``). ``guard=False`` (or ``limits=False``) runs the controller
     alone, as every replay before session 65 did. The result's ``fallback`` is the decision at which
     the guard fired (None: never)."""
     from dynamix_hvd.decide import Decider, control_loop
@@ -276,8 +276,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--controllers", default=",".join(CONTROLLERS), help="comma list; ppo:PATH for a policy file")
     p.add_argument("--seeds", type=int, default=20, help="seeds 0..K-1 (one world each, shared by all controllers)")
     p.add_argument("--guard", choices=("on", "off"), default="on",
-                   help="on (default): goodput and ppo run behind the live hook's goodput guard and its fallback to "
-                        "proportional, as live; off: the controllers alone")
+                   help="on (default): goodput and ppo run behind the live hook's goodput guard and its fallback "
+                        "(ppo to goodput, goodput to proportional), as live; off: the controllers alone")
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--speeds", default=None, help="per-rank hardware factors, e.g. 1,1,2,4 (cycled over N ranks); "
                                                   "default: drawn per seed")
