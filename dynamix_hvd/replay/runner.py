@@ -167,20 +167,22 @@ def build_controller(name: str, sim: ReplaySim, seed: int):
 
 
 def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 200_000,
-                   limits: bool = True, controller: Any = None, guard: bool = True) -> dict[str, Any]:
+                   limits: bool = True, controller: Any = None, guard: bool = False) -> dict[str, Any]:
     """The live hook's loop (``decide.control_loop``) on replayed records: state -> decide ->
     per-decision move limits (``safety.limit_proposal`` with the default ``MoveLimits``, as
     ``decide.Decider``; off with ``limits=False``) -> next_plan -> one interval. No global-batch
     growth cap: the traces were measured with AdaScale (``lr_rule="adascale"``: unbounded growth).
     ``controller``: an instance to run instead of building ``name``'s.
 
-    A guarded controller (goodput, ppo) runs inside the live hook's ``Decider`` with the default
+    With ``guard=True`` (what ``dynamix replay`` and ``eval-replay`` run by default, through ``run_one``)
+    a guarded controller (goodput, ppo) runs inside the live hook's ``Decider`` with the default
     configuration, as it runs live: after a decision of it, goodput (samples/s x the statistical
     efficiency of the measured noise scale) more than 10% below its reference for 2 intervals hands
     the job on (ppo's to goodput, its ``guard_fallback``; goodput's to proportional) at the global
-    batch the reference was measured at (``safety.GoodputGuard``). ``guard=False`` (or ``limits=False``) runs the controller
-    alone, as every replay before session 65 did. The result's ``fallback`` is the decision at which
-    the guard fired (None: never)."""
+    batch the reference was measured at (``safety.GoodputGuard``). ``guard=False``, the default here
+    (or ``limits=False``), runs the controller alone, as every replay before session 65 did and as the
+    policy's training, its support's rollouts and the curriculum run it. The result's ``fallback`` is
+    the decision at which the guard fired (None: never)."""
     from dynamix_hvd.decide import Decider, control_loop
     from dynamix_hvd.safety import MoveLimits
     sim.reset(seed)

@@ -311,9 +311,9 @@ def test_guarded_controllers_run_behind_the_live_guard_and_its_revert():
     world = make_world("cifar10", "none", 4, interval_steps=40)
     sim = world.sim
     bounds = sim.bounds()
-    on = run_controller(sim, "doubler", seed=1, max_decisions=30, controller=Doubler(bounds, sim.base_batch))
-    off = run_controller(sim, "doubler", seed=1, max_decisions=30, controller=Doubler(bounds, sim.base_batch),
-                         guard=False)
+    on = run_controller(sim, "doubler", seed=1, max_decisions=30, controller=Doubler(bounds, sim.base_batch),
+                        guard=True)
+    off = run_controller(sim, "doubler", seed=1, max_decisions=30, controller=Doubler(bounds, sim.base_batch))
     assert off["fallback"] is None and off["schedule"][-1] > 4 * off["schedule"][0]
     k = on["fallback"]
     assert k is not None and k >= 2, on["schedule"]
