@@ -90,7 +90,9 @@ def _keyed_options(opts: str) -> str:
     return "&".join(kv for kv in parts if not (kv.startswith("warmup=") and kv[7:].isdigit() and int(kv[7:]) == 0))
 
 
-Task = tuple[tuple[str, int, str, str, tuple[int, ...], str], list[str], str | None]   # (world, keys, cache)
+# (world, keys, cache); a world of six (no guard flag: the controller alone, select_draw's) or seven
+World6 = tuple[str, int, str, str, tuple[int, ...], str]
+Task = tuple[World6 | tuple[str, int, str, str, tuple[int, ...], str, bool], list[str], str | None]
 
 
 def _run_task(task: Task) -> dict[str, float | None]:
@@ -158,7 +160,7 @@ def read_cache(cache_path: str | None) -> dict[str, float | None]:
 
 def run_episodes(tasks: Sequence[tuple[tuple, list[str]]], cache: dict[str, float | None], jobs: int = 1,
                  cache_path: str | None = None, verbose: bool = True) -> None:
-    """Run ``tasks`` (``((workload, N, trace, controller, (seed,), gns_model), [key])``) on ``jobs``
+    """Run ``tasks`` (``((workload, N, trace, controller, (seed,), gns_model[, guard]), [key])``) on ``jobs``
     processes into ``cache``, and into the cache file after every task (an interrupted evaluation
     keeps what it ran)."""
     if not tasks:
