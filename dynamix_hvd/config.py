@@ -69,6 +69,8 @@ class DynamixConfig:
     fallback_controller: str = "proportional"  # used when the controller fails or the guard fires
     guard_drop: float = 0.10             # goodput drop that counts as bad after a learned decision
     guard_patience: int = 2              # bad intervals in a row before falling back
+    guard_retries: int = 1               # the guard's reverts that leave a controller without an anchor of its
+                                         # own (goodput) in charge before the job goes to fallback_controller
     tensorboard: bool = True             # TensorBoard scalars in run_dir/tb (rank 0)
     oom_redo: bool = True                # on out-of-memory: lower that rank's cap, redo the step
     react: bool = True                   # decide early when a rank's step or compute time jumps (react.py)
@@ -142,6 +144,7 @@ class DynamixConfig:
         need(self.fallback_controller in CONTROLLERS, "fallback_controller", f"one of {CONTROLLERS}")
         need(isinstance(self.guard_drop, (int, float)) and 0 < self.guard_drop < 1, "guard_drop", "a number in (0, 1)")
         need(is_int(self.guard_patience) and self.guard_patience >= 1, "guard_patience", "an integer >= 1")
+        need(is_int(self.guard_retries) and self.guard_retries >= 0, "guard_retries", "an integer >= 0")
         need(isinstance(self.tensorboard, bool), "tensorboard", "true or false")
         need(isinstance(self.progress, bool), "progress", "true or false")
         need(isinstance(self.oom_redo, bool), "oom_redo", "true or false")

@@ -131,6 +131,8 @@ class Decider:
         self.var_trend = Trend()
         self.errors = ControllerErrors()
         self.guard = GoodputGuard(drop=config.guard_drop, patience=config.guard_patience)
+        self.retries_left = config.guard_retries   # the guard's reverts left before the fallback (goodput)
+        self.reverts = 0                             # the guard's reverts that left the controller in charge
         self.limits = MoveLimits(max_rank_change=config.max_rank_change, max_global_change=config.max_global_change)
         self.changed_last = False
         self.prev_state: ClusterState | None = None    # the last decision's state (the guard's reference)
@@ -194,13 +196,26 @@ class Decider:
         revert_B = math.nan
         if self.controller.guarded and self.guard.observe(goodput, self.changed_last, slowdown,
                                                           float(current.global_batch)):
-            # undo the decisions that lost the goodput: the fallback starts from the global batch the
-            # guard's reference level was measured at (read before fall_back gives the new controller a new guard)
+            # undo the decisions that lost the goodput: the plan returns to the global batch the guard's
+            # reference level was measured at (read before a new guard replaces this one)
             revert_B = self.guard.baseline_B
-            self.fall_back(record, f"goodput fell more than {self.config.guard_drop:.0%} for "
-                                   f"{self.config.guard_patience} intervals after {self.controller.name} decisions",
-                           getattr(self.controller, "guard_fallback", None))
-            record["fallback"]["global_batch"] = revert_B
+            reason = (f"goodput fell more than {self.config.guard_drop:.0%} for {self.config.guard_patience} "
+                      f"intervals after {self.controller.name} decisions")
+            anchor = getattr(self.controller, "guard_fallback", None)
+            if anchor is None and self.retries_left > 0:
+                # a controller with no anchor of its own (goodput) keeps the job after the revert, judged
+                # against a new reference: its models now hold the batch that lost, and the fallback
+                # (proportional) never moves the global batch again for the rest of the job
+                self.retries_left -= 1
+                self.reverts += 1
+                self.guard = GoodputGuard(drop=self.config.guard_drop, patience=self.config.guard_patience)
+                record["guard_revert"] = {"controller": self.controller.name, "global_batch": revert_B,
+                                          "reason": reason, "retries_left": self.retries_left}
+                self.say(f"dynamix: {reason}: plan back to global batch {revert_B:g}, {self.controller.name} "
+                         f"keeps the job ({self.retries_left} more revert(s) before {self.config.fallback_controller})")
+            else:
+                self.fall_back(record, reason, anchor)
+                record["fallback"]["global_batch"] = revert_B
         try:
             proposal, proposed, notes = decide_plan(self.controller, state, self.bounds, start_step, self.limits,
                                                     revert_B)
@@ -232,6 +247,7 @@ class Decider:
         # a new reference for the new controller (a guarded fallback, goodput after ppo, is judged on its own
         # decisions: the interval after the revert still ran partly under the plan that lost)
         self.guard = GoodputGuard(drop=self.config.guard_drop, patience=self.config.guard_patience)
+        self.retries_left = self.config.guard_retries
         self.errors.ok()
         record["fallback"] = {"from": old, "to": self.controller.name, "reason": reason}
         warnings.warn(f"dynamix: falling back from {old!r} to {self.controller.name!r}: {reason}",

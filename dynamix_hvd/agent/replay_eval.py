@@ -51,6 +51,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.replay.paired import INTERVAL, NOT_ABOVE, ratio_interval
 from dynamix_hvd.replay.sim import GNS_MODELS
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
@@ -132,11 +133,12 @@ def _write_cache(cp: Path, new: dict[str, float | None]) -> None:
 
 def episode_key(wl: str, trace: str, n: int, seed: int, tag: str, gns_model: str = "run", guard: bool = False) -> str:
     """One episode's key in the cache: the cell, the seed, and the controller's tag (a baseline's
-    name, or ``ppo#`` and the policy's ``_file_hash``); ``|guard`` for a guarded controller run inside
-    the live hook's Decider (``replay.runner.run_controller``; the caches before session 65 hold
-    the controllers alone, under the keys without it)."""
+    name, or ``ppo#`` and the policy's ``_file_hash``); ``|guard-rK`` for a guarded controller run inside
+    the live hook's Decider with the default ``guard_retries`` K (``replay.runner.run_controller``; the
+    caches before session 65 hold the controllers alone, under the keys without it, and session 65's
+    ``|guard`` the guard without retries)."""
     return (f"{wl}|{trace}|{n}|{seed}|{tag}" + ("" if gns_model == "run" else f"|gns={gns_model}")
-            + ("|guard" if guard else ""))
+            + (f"|guard-r{DynamixConfig().guard_retries}" if guard else ""))
 
 
 def policy_tag(path: str) -> str:

@@ -203,7 +203,7 @@ def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 20
             if fallback is None and decider is not None and decider.controller is not ctl:
                 fallback = k
     return {"time_to_target_s": sim.time if sim.reached else None, "schedule": Bs, "decisions": sim.decisions,
-            "fallback": fallback}
+            "fallback": fallback, "reverts": decider.reverts if decider is not None else 0}
 
 
 def is_guarded(name: str) -> bool:

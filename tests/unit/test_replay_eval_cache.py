@@ -65,13 +65,14 @@ def test_the_noise_scale_model_is_applied_and_cached_apart(tmp_path, capsys):
         assert _eval_ncf4(cache, "--gns-model", model) == 0
     assert "noise-scale model continuous" in capsys.readouterr().out
     got = json.loads(cache.read_text())
-    run, cont = got["ncf|none|4|0|goodput|guard"], got["ncf|none|4|0|goodput|gns=continuous|guard"]
+    run, cont = got["ncf|none|4|0|goodput|guard-r1"], got["ncf|none|4|0|goodput|gns=continuous|guard-r1"]
     assert cont != run and abs(cont / run - 1) > 1e-4      # not the same episode
 
 
 def test_the_guard_is_on_by_default_and_cached_apart(tmp_path, capsys):
     # session 65: goodput and ppo run behind the live goodput guard unless --guard off; their episodes
-    # are keyed '|guard' (the caches before hold the controllers alone under the plain keys), the
+    # are keyed '|guard-r1' (guard_retries 1, session 66; the caches before hold the controllers alone under
+    # the plain keys and session 65's guard without retries under '|guard'), the
     # unguarded baselines' keys are unchanged
     cache = tmp_path / "c.json"
     for guard in ("on", "off"):
@@ -79,9 +80,9 @@ def test_the_guard_is_on_by_default_and_cached_apart(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "goodput guard on" in out and "goodput guard off" in out
     keys = set(json.loads(cache.read_text()))
-    assert {"ncf|none|4|0|goodput|guard", "ncf|none|4|0|goodput", "ncf|none|4|0|static"} <= keys
-    assert "ncf|none|4|0|static|guard" not in keys and "ncf|none|4|0|proportional|guard" not in keys
-    assert sum(k.endswith("|guard") and "|ppo#" in k for k in keys) == 1
+    assert {"ncf|none|4|0|goodput|guard-r1", "ncf|none|4|0|goodput", "ncf|none|4|0|static"} <= keys
+    assert "ncf|none|4|0|static|guard-r1" not in keys and "ncf|none|4|0|proportional|guard-r1" not in keys
+    assert sum(k.endswith("|guard-r1") and "|ppo#" in k for k in keys) == 1
 
 
 def test_policies_only_runs_a_baseline_named_in_oracles(tmp_path, capsys):
