@@ -90,8 +90,9 @@ class RunLogger:
         tb.add_scalar("global/global_batch", sum(record["next_plan"]["batch_sizes"]), step)
         tb.add_scalar("global/lr", lr, step)
         tb.add_scalar("global/decide_ms", record["decide_ms"], step)
-        if record.get("fallback"):
-            tb.add_scalar("events/fallback", 1.0, step)
+        for kind in ("fallback", "guard_revert"):
+            if record.get(kind):
+                tb.add_scalar(f"events/{kind}", 1.0, step)
         if record.get("reward") is not None and math.isfinite(record["reward"]):
             tb.add_scalar("global/reward", record["reward"], step)
 

@@ -57,6 +57,7 @@ class DecisionRecord:
     early: dict[str, Any] | None = None      # {"ranks": [...]}: an early decision, flagged ranks
     cluster_slowdown: float | None = None    # unexplained slowdown against the previous decision
     fallback: dict[str, Any] | None = None   # {"from", "to", "reason"[, "global_batch"]}
+    guard_revert: dict[str, Any] | None = None   # {"controller", "global_batch", "reason", "retries_left"}
     controller_error: str | None = None      # repr of the controller's exception (plan unchanged)
     finetune: dict[str, Any] | None = None   # online fine-tuning counters
     reward: float | None = None              # fine-tuning: reward of the previous action

@@ -20,6 +20,7 @@ from dynamix_hvd.lifecycle import AbortOnUncaught, bounds_for_world, has_local_b
 from dynamix_hvd.measure import GradNoise, StepMeter
 from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import GlobalStats, WorkerStats
+from dynamix_hvd.runlog import EventsWriter, read_decisions
 from dynamix_hvd.stats import gns_step_estimates
 from dynamix_hvd.wire import decode_plan, decode_rows, encode_plan, encode_row, plan_buffer, read_flags, set_flags
 
@@ -117,7 +118,7 @@ def test_guard_revert_reaches_the_batch_measured_good_in_one_decision():
     assert plan.global_batch == 128, plan.batch_sizes
 
 
-def test_guard_reverts_a_controller_without_an_anchor_and_lets_it_go_on_first():
+def test_guard_reverts_a_controller_without_an_anchor_and_lets_it_go_on_first(tmp_path):
     # session 66: goodput behind the guard on the held-out YOLOv3 grew 64 -> 92 once, its throughput
     # model wrong there; the guard handed the job to proportional, which never grows again (a cell
     # 1.119x goodput alone). With guard_retries = 1 (the default) the first firing reverts the plan and
@@ -127,6 +128,9 @@ def test_guard_reverts_a_controller_without_an_anchor_and_lets_it_go_on_first():
     assert "fallback" not in rec and rec["guard_revert"]["global_batch"] == 128, rec
     assert d.controller.name == "fixed" and d.retries_left == 0 and d.reverts == 1
     assert plan.global_batch == 128 and math.isnan(d.guard.baseline)
+    # the revert's record is in the run log's schema (the writer checks every field it is given)
+    EventsWriter(tmp_path).decision({**rec, "step": 10, "t": 1.0})
+    assert read_decisions(tmp_path / "events.jsonl")[0].guard_revert["global_batch"] == 128
     plan, rec = _decide_sizes(d, plan, GROWTHS)     # the same mistake again
     assert rec["fallback"]["to"] == "proportional" and rec["fallback"]["global_batch"] == 128
     assert plan.global_batch == 128 and d.controller.name == "proportional"
