@@ -130,7 +130,7 @@ class Decider:
         self.loss_trend = Trend()
         self.var_trend = Trend()
         self.errors = ControllerErrors()
-        self.guard = GoodputGuard(drop=config.guard_drop, patience=config.guard_patience)
+        self.guard = self._new_guard()
         self.retries_left = config.guard_retries   # the guard's reverts left before the fallback (goodput)
         self.reverts = 0                             # the guard's reverts that left the controller in charge
         self.limits = MoveLimits(max_rank_change=config.max_rank_change, max_global_change=config.max_global_change)
@@ -152,6 +152,10 @@ class Decider:
             self.log_event({"step": 0, "fallback": {"from": cfg.controller, "to": cfg.fallback_controller,
                                                     "reason": str(exc)}})
             return make_controller(cfg.fallback_controller, self.bounds, cfg.base_batch)
+
+    def _new_guard(self) -> GoodputGuard:
+        """A guard with no reference yet (the next interval's goodput becomes it)."""
+        return GoodputGuard(drop=self.config.guard_drop, patience=self.config.guard_patience)
 
     def update_bounds(self, bounds: PlanBounds) -> None:
         self.bounds = bounds
@@ -208,7 +212,7 @@ class Decider:
                 # (proportional) never moves the global batch again for the rest of the job
                 self.retries_left -= 1
                 self.reverts += 1
-                self.guard = GoodputGuard(drop=self.config.guard_drop, patience=self.config.guard_patience)
+                self.guard = self._new_guard()
                 record["guard_revert"] = {"controller": self.controller.name, "global_batch": revert_B,
                                           "reason": reason, "retries_left": self.retries_left}
                 self.say(f"dynamix: {reason}: plan back to global batch {revert_B:g}, {self.controller.name} "
@@ -246,7 +250,7 @@ class Decider:
         self.controller = make_controller(to or self.config.fallback_controller, self.bounds, self.config.base_batch)
         # a new reference for the new controller (a guarded fallback, goodput after ppo, is judged on its own
         # decisions: the interval after the revert still ran partly under the plan that lost)
-        self.guard = GoodputGuard(drop=self.config.guard_drop, patience=self.config.guard_patience)
+        self.guard = self._new_guard()
         self.retries_left = self.config.guard_retries
         self.errors.ok()
         record["fallback"] = {"from": old, "to": self.controller.name, "reason": reason}
