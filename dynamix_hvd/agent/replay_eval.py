@@ -351,8 +351,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the replay's noise-scale model (dynamix replay --gns-model); cached apart from 'run'")
     p.add_argument("--guard", choices=("on", "off"), default="on",
                    help="on (default): goodput and ppo run behind the live hook's goodput guard and its fallback "
-                        "(ppo to goodput, goodput to proportional), as live; off: the controllers alone (every "
-                        "evaluation before session 65); cached apart")
+                        "(ppo to goodput; goodput reverted once, then to proportional), as live; off: the controllers alone (every "
+                        "evaluation before session 65); cached apart (|guard-rK, K = guard_retries)")
     p.add_argument("--policies-only", action="store_true",
                    help="run and cache the policies' episodes only, and those of the --oracles named "
                         "(a baseline named there too, e.g. goodput; no table)")

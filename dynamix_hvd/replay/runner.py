@@ -178,11 +178,13 @@ def run_controller(sim: ReplaySim, name: str, seed: int, max_decisions: int = 20
     a guarded controller (goodput, ppo) runs inside the live hook's ``Decider`` with the default
     configuration, as it runs live: after a decision of it, goodput (samples/s x the statistical
     efficiency of the measured noise scale) more than 10% below its reference for 2 intervals hands
-    the job on (ppo's to goodput, its ``guard_fallback``; goodput's to proportional) at the global
-    batch the reference was measured at (``safety.GoodputGuard``). ``guard=False``, the default here
+    the job on (ppo's to goodput, its ``guard_fallback``; goodput's to proportional, after
+    ``guard_retries`` reverts that leave it in charge) at the global batch the reference was measured
+    at (``safety.GoodputGuard``). ``guard=False``, the default here
     (or ``limits=False``), runs the controller alone, as every replay before session 65 did and as the
     policy's training, its support's rollouts and the curriculum run it. The result's ``fallback`` is
-    the decision at which the guard fired (None: never)."""
+    the decision at which the guard handed the job on (None: never), ``reverts`` how often it reverted
+    the plan and left the controller in charge."""
     from dynamix_hvd.decide import Decider, control_loop
     from dynamix_hvd.safety import MoveLimits
     sim.reset(seed)
@@ -279,7 +281,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=20, help="seeds 0..K-1 (one world each, shared by all controllers)")
     p.add_argument("--guard", choices=("on", "off"), default="on",
                    help="on (default): goodput and ppo run behind the live hook's goodput guard and its fallback "
-                        "(ppo to goodput, goodput to proportional), as live; off: the controllers alone")
+                        "(ppo to goodput; goodput reverted once, then to proportional), as live; off: the controllers alone")
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--speeds", default=None, help="per-rank hardware factors, e.g. 1,1,2,4 (cycled over N ranks); "
                                                   "default: drawn per seed")
