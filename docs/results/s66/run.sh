@@ -24,3 +24,7 @@ $D --workloads benchmarks/heldout_workloads/imagenet --seeds 5 --seed-offset 5 -
 $D --seeds 40 --seed-offset 5 --guard on --cache runs/s66/guard_cache.json     # 565 s
 $D --seeds 40 --seed-offset 5 --guard off --cache runs/s66/guard_cache.json    # 462 s
 .venv/bin/python docs/results/s66/headline_guarded.py runs/s66/guard_cache.json > docs/results/s66/headline_guarded.txt
+# live, issue 19's other two scenarios on the final code (3 paired repeats each)
+for S in hetero4x link_degrade; do
+  dynamix bench --scenario $S --controllers goodput,ppo --repeats 3 --out runs/s66/live19_$S > runs/s66/live19_$S.txt
+done
