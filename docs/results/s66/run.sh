@@ -28,3 +28,5 @@ $D --seeds 40 --seed-offset 5 --guard off --cache runs/s66/guard_cache.json    #
 for S in hetero4x link_degrade; do
   dynamix bench --scenario $S --controllers goodput,ppo --repeats 3 --out runs/s66/live19_$S > runs/s66/live19_$S.txt
 done
+# the per-decision records around the firings: diag_guard.py, output in diag_guard.txt
+.venv/bin/python docs/results/s66/diag_guard.py benchmarks/heldout_workloads/yolov3 cov:coefficient_variation 8 6,10
