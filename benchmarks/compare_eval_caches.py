@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dynamix_hvd.agent.replay_eval import seed_range
 from dynamix_hvd.replay.paired import NOT_ABOVE, geomean_interval, ratio_interval
 
 
@@ -38,15 +39,10 @@ def main(argv=None) -> int:
     p.add_argument("--controller", default="goodput", help="label in cache A (and B unless --controller-b)")
     p.add_argument("--controller-b", default=None)
     p.add_argument("--by-workers", action="store_true", help="also the geometric means per world size")
-    p.add_argument("--seeds", default=None, metavar="LO-HI",
+    p.add_argument("--seeds", default=None, metavar="LO-HI", type=seed_range,
                    help="only these seeds (e.g. 5-14; default: every seed both caches hold for a cell)")
     a = p.parse_args(argv)
-    keep = None
-    if a.seeds:
-        lo_s, _, hi_s = a.seeds.partition("-")
-        if not (lo_s.isdigit() and hi_s.isdigit() and int(lo_s) <= int(hi_s)):
-            p.error(f"--seeds {a.seeds!r}: expected LO-HI, e.g. 5-14")
-        keep = set(range(int(lo_s), int(hi_s) + 1))
+    keep = set(a.seeds) if a.seeds is not None else None
     A = _cells(json.loads(Path(a.cache_a).read_text()), a.controller)
     B = _cells(json.loads(Path(a.cache_b).read_text()), a.controller_b or a.controller)
     per_wl: dict[str, list[float]] = defaultdict(list)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from multiprocessing import get_context
 
+from dynamix_hvd.agent.replay_eval import seed_range
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, WorldSpec, build_sim
 
 
@@ -28,15 +29,12 @@ def main(argv=None) -> int:
     p.add_argument("--workloads", default=",".join(SHIPPED_WORKLOADS))
     p.add_argument("--traces", default="none,job_3_norm,cov:coefficient_variation")
     p.add_argument("--workers", default="8,32")
-    p.add_argument("--seeds", default="5-14", metavar="LO-HI")
+    p.add_argument("--seeds", default="5-14", metavar="LO-HI", type=seed_range)
     p.add_argument("--controllers", default="goodput,ppo")
     p.add_argument("--jobs", type=int, default=2)
     a = p.parse_args(argv)
-    lo, _, hi = a.seeds.partition("-")
-    if not (lo.isdigit() and hi.isdigit() and int(lo) <= int(hi)):
-        p.error(f"--seeds {a.seeds!r}: expected LO-HI, e.g. 5-14")
     tasks = [(wl, tr, int(n), s, c) for wl in a.workloads.split(",") for tr in a.traces.split(",")
-             for n in a.workers.split(",") for c in a.controllers.split(",") for s in range(int(lo), int(hi) + 1)]
+             for n in a.workers.split(",") for c in a.controllers.split(",") for s in a.seeds]
     with get_context("spawn").Pool(a.jobs) as pool:
         got = pool.map(_episode, tasks, chunksize=1)
     cells: dict[tuple, list[int]] = {}

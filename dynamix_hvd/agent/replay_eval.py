@@ -131,6 +131,18 @@ def _write_cache(cp: Path, new: dict[str, float | None]) -> None:
         tmp.replace(cp)
 
 
+def seed_range(text: str) -> range:
+    """``LO-HI`` (e.g. ``5-14``, both included) as a range of seeds; ValueError naming the text otherwise
+    (an ``argparse`` type for the benchmarks that read the caches)."""
+    lo, _, hi = text.partition("-")
+    if not (lo.isdigit() and hi.isdigit() and int(lo) <= int(hi)):
+        raise ValueError(f"seeds {text!r}: expected LO-HI, e.g. 5-14")
+    return range(int(lo), int(hi) + 1)
+
+
+GUARD_TAG = f"|guard-r{DynamixConfig().guard_retries}"   # a guarded episode's key suffix (episode_key)
+
+
 def episode_key(wl: str, trace: str, n: int, seed: int, tag: str, gns_model: str = "run", guard: bool = False) -> str:
     """One episode's key in the cache: the cell, the seed, and the controller's tag (a baseline's
     name, or ``ppo#`` and the policy's ``_file_hash``); ``|guard-rK`` for a guarded controller run inside
@@ -138,7 +150,7 @@ def episode_key(wl: str, trace: str, n: int, seed: int, tag: str, gns_model: str
     caches before session 65 hold the controllers alone, under the keys without it, and session 65's
     ``|guard`` the guard without retries)."""
     return (f"{wl}|{trace}|{n}|{seed}|{tag}" + ("" if gns_model == "run" else f"|gns={gns_model}")
-            + (f"|guard-r{DynamixConfig().guard_retries}" if guard else ""))
+            + (GUARD_TAG if guard else ""))
 
 
 def policy_tag(path: str) -> str:
@@ -351,8 +363,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the replay's noise-scale model (dynamix replay --gns-model); cached apart from 'run'")
     p.add_argument("--guard", choices=("on", "off"), default="on",
                    help="on (default): goodput and ppo run behind the live hook's goodput guard and its fallback "
-                        "(ppo to goodput; goodput reverted once, then to proportional), as live; off: the controllers alone (every "
-                        "evaluation before session 65); cached apart (|guard-rK, K = guard_retries)")
+                        "(ppo to goodput; goodput reverted once, then to proportional), as live; off: the "
+                        "controllers alone (every evaluation before session 65); cached apart (|guard-rK, "
+                        "K = guard_retries)")
     p.add_argument("--policies-only", action="store_true",
                    help="run and cache the policies' episodes only, and those of the --oracles named "
                         "(a baseline named there too, e.g. goodput; no table)")

@@ -281,7 +281,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=20, help="seeds 0..K-1 (one world each, shared by all controllers)")
     p.add_argument("--guard", choices=("on", "off"), default="on",
                    help="on (default): goodput and ppo run behind the live hook's goodput guard and its fallback "
-                        "(ppo to goodput; goodput reverted once, then to proportional), as live; off: the controllers alone")
+                        "(ppo to goodput; goodput reverted once, then to proportional), as live; off: the "
+                        "controllers alone")
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--speeds", default=None, help="per-rank hardware factors, e.g. 1,1,2,4 (cycled over N ranks); "
                                                   "default: drawn per seed")

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 from multiprocessing import get_context
 
-from dynamix_hvd.agent.replay_eval import _write_cache
+import pytest
+
+from dynamix_hvd.agent.replay_eval import _write_cache, seed_range
 
 
 def _writer(args):
@@ -107,3 +109,10 @@ def test_the_cache_key_holds_the_guards_settings_as_they_run():
     assert _file_hash(f"{path}?refute=2&warmup=0") == f"{h}?refute=2"           # the pre-warm-up key
     assert _file_hash(f"{path}?warmup=8&trust=0.03") == f"{h}?warmup=8&trust=0.03&refute=2"
     assert _file_hash(f"{path}?refute=0&warmup=0") == f"{h}?refute=0"
+
+
+def test_seed_range_reads_lo_hi_and_names_bad_text():
+    assert list(seed_range("5-7")) == [5, 6, 7] and list(seed_range("3-3")) == [3]
+    for bad in ("9-5", "5", "a-b", "-3", "5-"):
+        with pytest.raises(ValueError, match=repr(bad)):
+            seed_range(bad)
