@@ -31,3 +31,8 @@ done
 # nice -n 19 .venv/bin/python -m dynamix_hvd.cli select-policy dynamix_hvd/agent/policies/default.zip \
 #   runs/s67/all_s3_box.zip runs/s67/all_s4_box.zip --incumbent dynamix_hvd/agent/policies/default.zip \
 #   --jobs 1 --cache runs/s67/select_cache.json --out runs/s67/selected.zip
+# the all-groups draws of seeds 3 and 4 on the held-out YOLOv3 (6 cells x seeds 5-14, controllers alone; goodput and the
+# default from session 66's cache), read after the selection above had kept the default
+# .venv/bin/python -m dynamix_hvd.cli eval-replay --workloads benchmarks/heldout_workloads/yolov3 --seeds 10 --seed-offset 5 \
+#   --traces none,job_3_norm,cov:coefficient_variation --workers 8,32 --jobs 2 --guard off --cache runs/s67/yolo_cache.json \
+#   --policies-only --oracles goodput --policy=all3=runs/s67/all_s3_box.zip --policy=all4=runs/s67/all_s4_box.zip
