@@ -13,15 +13,42 @@ threads. Every rank starts and waits for the same operations in the same order.
 Uses mpi4py on a duplicate of the communicator Horovod runs on (MPI_COMM_WORLD unless the
 user passed another), so dynamix messages never match Horovod's own. Fixed-size numpy
 buffers (Gather/Bcast, no pickling) keep one decision in the tens of microseconds.
+
+mpi4py's blocking forms are its nonblocking ones waited for by ``wait_yielding``: MPI_Test
+in a loop, spinning for ``SPIN_S`` and then sleeping ``POLL_S`` between tests, so that a rank
+waiting for rank 0's controller (or for a rank still in its step) leaves the core to them
+instead of spinning in MPI_Wait. Where ranks share cores (2 and 4 ranks on 2 here, each
+with Horovod's background thread) a waiting decision takes less (docs/results/s68/).
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import numpy as np
 
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.wire import decode_plan, encode_plan, plan_buffer
+
+
+SPIN_S = 2e-4          # spin on MPI_Test this long first: a message on an idle link arrives within it
+POLL_S = 2e-5          # then sleep between tests: this long at first,
+POLL_FRACTION = 0.05   # growing to this fraction of the time already waited (the wait ends at
+POLL_MAX_S = 1e-3      # most that much late), and never longer than this
+
+
+def wait_yielding(req: Any, spin_s: float = SPIN_S) -> None:
+    """Complete an MPI request (``Test()`` -> bool) without holding the core: MPI_Test in a loop,
+    sleeping between tests once ``spin_s`` has passed (``POLL_S`` growing to ``POLL_FRACTION`` of
+    the wait so far, at most ``POLL_MAX_S``), so a long wait costs the core little and ends at
+    most 5% late. Python signal handlers run between tests, which MPI_Wait would hold off."""
+    if req.Test():
+        return
+    start = time.perf_counter()
+    while not req.Test():
+        waited = time.perf_counter() - start
+        if waited > spin_s:
+            time.sleep(min(POLL_MAX_S, max(POLL_S, POLL_FRACTION * waited)))
 
 
 class Pending:
@@ -61,17 +88,12 @@ class Comm:
 
     def gather_rows(self, row: np.ndarray) -> np.ndarray | None:
         """Gather one float64 row per rank; (size, len(row)) on rank 0, None elsewhere."""
-        row = np.ascontiguousarray(row, dtype=np.float64)
-        out = np.empty((self.size, row.size), dtype=np.float64) if self.rank == 0 else None
-        self.comm.Gather(row, out, root=0)
-        return out
+        return self.gather_rows_async(row).wait()
 
     def bcast_plan(self, plan: Plan | None, next_due: int = 0) -> tuple[Plan, int]:
         """Rank 0 passes the plan (and the step of the next regular decision), the others None;
         every rank returns rank 0's (plan, next_due)."""
-        buf = _plan_out(self.size, self.rank, plan, next_due)
-        self.comm.Bcast(buf, root=0)
-        return decode_plan(buf)
+        return self.bcast_plan_async(plan, next_due).wait()
 
     def gather_rows_async(self, row: np.ndarray) -> Pending:
         """``gather_rows`` started now (MPI_Igather); ``wait()`` gives its result."""
@@ -81,7 +103,7 @@ class Comm:
         buffers = (row, out)   # alive until the gather completed
 
         def finish() -> np.ndarray | None:
-            req.Wait()
+            wait_yielding(req)
             return buffers[1]
         return Pending(finish)
 
@@ -91,7 +113,7 @@ class Comm:
         req = self.comm.Ibcast(buf, root=0)
 
         def finish() -> tuple[Plan, int]:
-            req.Wait()
+            wait_yielding(req)
             return decode_plan(buf)
         return Pending(finish)
 

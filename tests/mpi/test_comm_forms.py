@@ -4,6 +4,7 @@ blocking ones, with other traffic between the start and the wait, as a decision 
 (a training step's allreduce). Run under mpirun -np 1 and -np 4."""
 from __future__ import annotations
 
+import signal
 import time
 
 import numpy as np
@@ -71,3 +72,40 @@ def test_the_rows_and_a_plan_in_flight_together_arrive_in_order(transport: objec
     rows = p_rows.wait()
     if rank == 0:
         assert np.array_equal(rows, np.stack([_row(r, 9) for r in range(size)]))
+
+
+
+def test_a_rank_waiting_for_rank_0_leaves_the_core_and_hears_signals() -> None:
+    """mpi4py's forms wait by MPI_Test and growing sleeps (``comm.wait_yielding``), not in MPI_Wait:
+    while rank 0 is 0.2 s late to the broadcast (its controller deciding), a Python signal handler
+    on a waiting rank runs when its signal comes (MPI_Wait held it off until the wait ended:
+    cb5db28 failed this), the waiting thread uses a small part of that time on the CPU (a fixed
+    20 us poll used 15%), and the plan still arrives."""
+    hvd.init()
+    t = Comm()
+    heard: list[float] = []
+    old = signal.signal(signal.SIGALRM, lambda *_: heard.append(time.perf_counter()))
+    try:
+        t.barrier()
+        plan = Plan(5, (9,) * t.size, 11) if t.rank == 0 else None
+        w0, c0 = time.perf_counter(), time.thread_time()
+        if t.rank == 0:
+            time.sleep(0.2)
+        else:
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+        got = t.bcast_plan(plan, next_due=21)
+        wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
+        assert got == (Plan(5, (9,) * t.size, 11), 21)
+        if t.rank != 0:
+            assert wall > 0.15
+            assert heard and heard[0] - w0 < 0.12, f"rank {t.rank}: the handler ran {heard[0] - w0 if heard else None} s in"
+            assert cpu < 0.1 * wall, f"rank {t.rank} spent {cpu:.3f} s of CPU in a {wall:.3f} s wait"
+        if t.rank == t.size - 1:
+            time.sleep(0.05)                   # the last rank late to the gather
+        rows = t.gather_rows(_row(t.rank, 0))
+        if t.rank == 0:
+            assert np.array_equal(rows, np.stack([_row(r, 0) for r in range(t.size)]))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        t.free()
