@@ -15,9 +15,9 @@ user passed another), so dynamix messages never match Horovod's own. Fixed-size 
 buffers (Gather/Bcast, no pickling) keep one decision in the tens of microseconds.
 
 mpi4py's blocking forms are its nonblocking ones waited for by ``wait_yielding``: MPI_Test
-in a loop, spinning for ``SPIN_S`` and then sleeping ``POLL_S`` between tests, so that a rank
-waiting for rank 0's controller (or for a rank still in its step) leaves the core to them
-instead of spinning in MPI_Wait. Where ranks share cores (2 and 4 ranks on 2 here, each
+in a loop, spinning for ``SPIN_S`` and then sleeping between tests (longer as the wait grows),
+so that a rank waiting for rank 0's controller (or for a rank still in its step) leaves the
+core to them instead of spinning in MPI_Wait. Where ranks share cores (2 and 4 ranks on 2 here, each
 with Horovod's background thread) a waiting decision takes less (docs/results/s68/).
 """
 from __future__ import annotations
@@ -37,9 +37,9 @@ POLL_FRACTION = 0.05   # growing to this fraction of the time already waited (th
 POLL_MAX_S = 1e-3      # most that much late), and never longer than this
 
 
-def wait_yielding(req: Any, spin_s: float = SPIN_S) -> None:
+def wait_yielding(req: Any) -> None:
     """Complete an MPI request (``Test()`` -> bool) without holding the core: MPI_Test in a loop,
-    sleeping between tests once ``spin_s`` has passed (``POLL_S`` growing to ``POLL_FRACTION`` of
+    sleeping between tests once ``SPIN_S`` has passed (``POLL_S`` growing to ``POLL_FRACTION`` of
     the wait so far, at most ``POLL_MAX_S``), so a long wait costs the core little and ends at
     most 5% late. Python signal handlers run between tests, which MPI_Wait would hold off."""
     if req.Test():
@@ -47,7 +47,7 @@ def wait_yielding(req: Any, spin_s: float = SPIN_S) -> None:
     start = time.perf_counter()
     while not req.Test():
         waited = time.perf_counter() - start
-        if waited > spin_s:
+        if waited > SPIN_S:
             time.sleep(min(POLL_MAX_S, max(POLL_S, POLL_FRACTION * waited)))
 
 
