@@ -74,7 +74,6 @@ def test_the_rows_and_a_plan_in_flight_together_arrive_in_order(transport: objec
         assert np.array_equal(rows, np.stack([_row(r, 9) for r in range(size)]))
 
 
-
 def test_a_rank_waiting_for_rank_0_leaves_the_core_and_hears_signals() -> None:
     """mpi4py's forms wait by MPI_Test and growing sleeps (``comm.wait_yielding``), not in MPI_Wait:
     while rank 0 is 0.2 s late to the broadcast (its controller deciding), a Python signal handler
