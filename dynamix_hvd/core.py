@@ -15,6 +15,7 @@ per-step flags beside the gradients, and the collectives' transport (comm.py).
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import math
 import os
@@ -101,9 +102,14 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self._excepthook = lifecycle.AbortOnUncaught(self.rank, self.world, self.comm.abort)
         self._watchdog = lifecycle.start_watchdog(self)    # stall_timeout_s: ends a job stuck on a lost peer
         # close() also runs when the hook is garbage collected or the interpreter exits, so the
-        # run log is complete without an explicit close()
+        # run log is complete without an explicit close(). At exit it runs before the engine's
+        # own shutdown (registered after hvd.init()): a decision still in flight is waited for
+        # there, else a rank that finishes first shuts the engine down while a slower one has
+        # yet to send its part (tests/launch/scripts/slow_root_exit.py)
         self._res: dict[str, Any] = {}
         self._finalizer = weakref.finalize(self, _release, self._res)
+        self._at_exit = _close_at_exit(weakref.ref(self))
+        atexit.register(self._at_exit)
         self._track()
 
     def _track(self) -> None:
@@ -450,11 +456,29 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         """Stop the collector, flush and close the run log, free the communicator, restore
         ``sys.excepthook``. Idempotent; also run at garbage collection and interpreter exit.
         A decision still in flight (``decision_lag``) is dropped: its plan would apply to steps
-        not trained (a ``decision_dropped`` event, reason "closed")."""
+        not trained (a ``decision_dropped`` event, reason "closed"); every rank then waits for the
+        others (the same decision is in flight on all of them: it started at the same step), so
+        none shuts its engine down while another has yet to send its part of it."""
+        atexit.unregister(self._at_exit)
+        in_flight = self._inflight is not None
         self._drop_decision("closed")
+        if in_flight and self.world > 1:
+            try:
+                self.comm.barrier()
+            except Exception:   # noqa: BLE001 - the world it started in is gone (as wait_messages)
+                pass
         self._track()
         self._finalizer()
         self.collector = None
+
+
+def _close_at_exit(ref: weakref.ReferenceType[Any]) -> Callable[[], None]:
+    """An exit handler that closes the hook if it is still alive (it does not keep it alive)."""
+    def close() -> None:
+        dyn = ref()
+        if dyn is not None:
+            dyn.close()
+    return close
 
 
 def _release(res: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 kill-and-resume exact-once with the same loop (tests/launch/scripts/hook_job.py)."""
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -96,3 +97,29 @@ def test_gloo_controller_uses_horovod_collectives(have_mpirun, tmp_path, monkeyp
     decisions = read_decisions(tmp_path)      # schema-checked
     assert len(decisions) >= 2   # 25 steps, a decision every 10 (mpi4py here would see a world of 1 and fail)
     assert all(len(d.workers) == 2 for d in decisions)
+
+
+SLOW_ROOT = str(REPO / "tests" / "launch" / "scripts" / "slow_root_exit.py")
+
+
+def _ends_cleanly_with_a_decision_in_flight(launch: list[str], tmp_path: Path) -> None:
+    proc = run([*launch, sys.executable, *(["-m", "mpi4py"] if launch[0] == "mpirun" else []), SLOW_ROOT],
+               check=False, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for r in (0, 1):      # the case this is about: the script ends with the last decision still travelling
+        assert f"rank {r}: 8 steps, a decision in flight: True" in proc.stdout, proc.stdout[-2000:]
+    dropped = [json.loads(ln) for ln in (tmp_path / "events.jsonl").read_text().splitlines() if "decision_dropped" in ln]
+    assert [e["decision_dropped"]["reason"] for e in dropped] == ["closed"]
+
+
+def test_a_job_ends_cleanly_when_rank_0_sends_the_last_row_late_gloo(have_mpirun, tmp_path, monkeypatch):
+    """A fast rank leaving with the last decision in flight shut Horovod down under the slower
+    rank 0 ("Horovod has been shut down"; CI of session 69): at exit every rank now waits."""
+    monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))
+    _ends_cleanly_with_a_decision_in_flight(["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2"], tmp_path)
+
+
+def test_a_job_ends_cleanly_when_rank_0_sends_the_last_row_late_mpi(have_mpirun, tmp_path, monkeypatch):
+    """The same under mpirun (the mpi4py transport): MPI was finalised under rank 0 mid-step."""
+    monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))
+    _ends_cleanly_with_a_decision_in_flight([*MPIRUN, "-np", "2", "-x", "DYNAMIX_RUN_DIR"], tmp_path)
