@@ -102,9 +102,8 @@ def test_gloo_controller_uses_horovod_collectives(have_mpirun, tmp_path, monkeyp
 SLOW_ROOT = str(REPO / "tests" / "launch" / "scripts" / "slow_root_exit.py")
 
 
-def _ends_cleanly_with_a_decision_in_flight(launch: list[str], tmp_path: Path) -> None:
-    proc = run([*launch, sys.executable, *(["-m", "mpi4py"] if launch[0] == "mpirun" else []), SLOW_ROOT],
-               check=False, timeout=180)
+def _ends_cleanly_with_a_decision_in_flight(cmd: list[str], tmp_path: Path) -> None:
+    proc = run(cmd, check=False, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for r in (0, 1):      # the case this is about: the script ends with the last decision still travelling
         assert f"rank {r}: 8 steps, a decision in flight: True" in proc.stdout, proc.stdout[-2000:]
@@ -116,10 +115,20 @@ def test_a_job_ends_cleanly_when_rank_0_sends_the_last_row_late_gloo(have_mpirun
     """A fast rank leaving with the last decision in flight shut Horovod down under the slower
     rank 0 ("Horovod has been shut down"; CI of session 69): at exit every rank now waits."""
     monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))
-    _ends_cleanly_with_a_decision_in_flight(["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2"], tmp_path)
+    _ends_cleanly_with_a_decision_in_flight(
+        ["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, SLOW_ROOT], tmp_path)
 
 
 def test_a_job_ends_cleanly_when_rank_0_sends_the_last_row_late_mpi(have_mpirun, tmp_path, monkeypatch):
     """The same under mpirun (the mpi4py transport): MPI was finalised under rank 0 mid-step."""
     monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))
-    _ends_cleanly_with_a_decision_in_flight([*MPIRUN, "-np", "2", "-x", "DYNAMIX_RUN_DIR"], tmp_path)
+    _ends_cleanly_with_a_decision_in_flight(
+        [*MPIRUN, "-np", "2", "-x", "DYNAMIX_RUN_DIR", sys.executable, "-m", "mpi4py", SLOW_ROOT], tmp_path)
+
+
+def test_a_job_ends_cleanly_when_rank_0_sends_the_last_row_late_ddp(tmp_path, monkeypatch):
+    """The same for the DDP engine under torchrun (gloo)."""
+    monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))
+    _ends_cleanly_with_a_decision_in_flight(
+        [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", SLOW_ROOT,
+         "--engine", "ddp"], tmp_path)
