@@ -25,6 +25,22 @@ def job_env() -> dict[str, str]:
     return env
 
 
+def torchrun(nproc: int, *args: str, restarts: int = 0, timeout: float = 300, check: bool = True,
+             script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``torchrun --standalone`` of ``script`` with ``args`` on ``nproc`` ranks (the jobs' env)."""
+    e = job_env()
+    # torch 2.13 shares the rendezvous TCP store with the workers: after a restart gloo reads the
+    # previous attempt's addresses (pytorch/pytorch#135712); a store per attempt avoids it
+    e["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    e.update(env or {})
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(restarts),
+           script, *args]
+    proc = subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
 def default_sigint() -> None:
     """``preexec_fn`` for children a test interrupts: they take SIGINT as Ctrl-C even when the
     suite runs as a background job (a shell without job control starts `cmd &` with SIGINT

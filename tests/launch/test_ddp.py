@@ -4,6 +4,7 @@ plan changes and accumulation, every index is trained exactly once per epoch, a 
 raising rank ends the job within 30 s. Job: tests/launch/scripts/ddp_job.py."""
 from __future__ import annotations
 
+import functools
 import re
 import time
 from pathlib import Path
@@ -11,28 +12,13 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, REPO, job_env
+from conftest import torchrun as _torchrun
 from dynamix_hvd.emulate import netns
 from test_bench import _bench, _check_results
 
 JOB = str(REPO / "tests" / "launch" / "scripts" / "ddp_job.py")
 EXAMPLE = REPO / "examples" / "mnist1d_ddp.py"
-
-
-def torchrun(nproc: int, *args: str, restarts: int = 0, timeout: float = 300, check: bool = True,
-             script: str = JOB, env: dict[str, str] | None = None):
-    import subprocess
-
-    e = job_env()
-    # torch 2.13 shares the rendezvous TCP store with the workers: after a restart gloo reads the
-    # previous attempt's addresses (pytorch/pytorch#135712); a store per attempt avoids it
-    e["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    e.update(env or {})
-    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(restarts),
-           script, *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return proc
+torchrun = functools.partial(_torchrun, script=JOB)
 
 
 def seen(prefix: Path) -> list[tuple[int, int, int]]:

@@ -2,13 +2,13 @@
 kill-and-resume exact-once with the same loop (tests/launch/scripts/hook_job.py)."""
 from __future__ import annotations
 
-import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
-from conftest import MPIRUN, REPO, run
-from dynamix_hvd.runlog import read_decisions
+from conftest import MPIRUN, REPO, run, torchrun
+from dynamix_hvd.runlog import EventRecord, read_decisions, read_events
 
 EXAMPLE = str(REPO / "examples" / "mnist1d_horovod.py")
 PLAIN = REPO / "examples" / "mnist1d_plain.py"
@@ -102,33 +102,33 @@ def test_gloo_controller_uses_horovod_collectives(have_mpirun, tmp_path, monkeyp
 SLOW_ROOT = str(REPO / "tests" / "launch" / "scripts" / "slow_root_exit.py")
 
 
-def _ends_cleanly_with_a_decision_in_flight(cmd: list[str], tmp_path: Path) -> None:
-    proc = run(cmd, check=False, timeout=180)
+def _ended_cleanly_with_a_decision_in_flight(proc: subprocess.CompletedProcess, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for r in (0, 1):      # the case this is about: the script ends with the last decision still travelling
         assert f"rank {r}: 8 steps, a decision in flight: True" in proc.stdout, proc.stdout[-2000:]
-    dropped = [json.loads(ln) for ln in (tmp_path / "events.jsonl").read_text().splitlines() if "decision_dropped" in ln]
-    assert [e["decision_dropped"]["reason"] for e in dropped] == ["closed"]
+    dropped = [e for e in read_events(tmp_path) if isinstance(e, EventRecord) and e.kind == "decision_dropped"]
+    assert [e.detail["reason"] for e in dropped] == ["closed"]
 
 
 def test_a_job_ends_cleanly_when_rank_0_sends_the_last_row_late_gloo(have_mpirun, tmp_path, monkeypatch):
     """A fast rank leaving with the last decision in flight shut Horovod down under the slower
     rank 0 ("Horovod has been shut down"; CI of session 69): at exit every rank now waits."""
     monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))
-    _ends_cleanly_with_a_decision_in_flight(
-        ["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, SLOW_ROOT], tmp_path)
+    proc = run(["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, SLOW_ROOT], check=False,
+               timeout=180)
+    _ended_cleanly_with_a_decision_in_flight(proc, tmp_path)
 
 
 def test_a_job_ends_cleanly_when_rank_0_sends_the_last_row_late_mpi(have_mpirun, tmp_path, monkeypatch):
     """The same under mpirun (the mpi4py transport): MPI was finalised under rank 0 mid-step."""
     monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))
-    _ends_cleanly_with_a_decision_in_flight(
-        [*MPIRUN, "-np", "2", "-x", "DYNAMIX_RUN_DIR", sys.executable, "-m", "mpi4py", SLOW_ROOT], tmp_path)
+    proc = run([*MPIRUN, "-np", "2", "-x", "DYNAMIX_RUN_DIR", sys.executable, "-m", "mpi4py", SLOW_ROOT], check=False,
+               timeout=180)
+    _ended_cleanly_with_a_decision_in_flight(proc, tmp_path)
 
 
 def test_a_job_ends_cleanly_when_rank_0_sends_the_last_row_late_ddp(tmp_path, monkeypatch):
     """The same for the DDP engine under torchrun (gloo)."""
     monkeypatch.setenv("DYNAMIX_RUN_DIR", str(tmp_path))
-    _ends_cleanly_with_a_decision_in_flight(
-        [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", SLOW_ROOT,
-         "--engine", "ddp"], tmp_path)
+    proc = torchrun(2, "--engine", "ddp", script=SLOW_ROOT, timeout=180, check=False)
+    _ended_cleanly_with_a_decision_in_flight(proc, tmp_path)
