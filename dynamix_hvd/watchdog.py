@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
+from dynamix_hvd.metrics.interfaces import IFACE_HINTS
+
 EXIT_CODE = 3                  # MPI_Abort error code / exit status of a rank ended by the watchdog
 ABORT_GRACE_S = 5.0            # os._exit when MPI_Abort has not ended the process by then
 ISOLATED_DELAY_PERIODS = 4     # extra periods a rank that hears nobody waits before aborting
@@ -129,7 +131,6 @@ class StallJudge:
 
 
 # ---- addresses ---------------------------------------------------------------------------------
-_HINTS = ("DYNAMIX_IFACES", "OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME")
 
 
 def _iface_addrs() -> dict[str, str]:
@@ -153,7 +154,7 @@ def _iface_addrs() -> dict[str, str]:
 def choose_addresses(ifaces: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
     """The addresses peers should send heartbeats to: those of the interfaces (or subnets) MPI /
     Horovod are told to use, else every non-loopback address, else 127.0.0.1."""
-    for var in _HINTS:
+    for var in IFACE_HINTS:
         want = [w.strip() for w in env.get(var, "").split(",") if w.strip() and not w.startswith(("^", "="))]
         picked = []
         for w in want:

@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-# Environment variables naming the interface MPI / Horovod / NCCL traffic uses, in the order
-# they are trusted. DYNAMIX_IFACES is ours and always wins.
-IFACE_HINTS = ("DYNAMIX_IFACES", "OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME")
+# Environment variables naming the interface MPI / Horovod / NCCL / torch.distributed's gloo
+# traffic uses, in the order they are trusted. DYNAMIX_IFACES is ours and always wins. The
+# collector and the stall watchdog (watchdog.py) read the same list.
+IFACE_HINTS = ("DYNAMIX_IFACES", "OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME",
+               "GLOO_SOCKET_IFNAME")
 LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "LOCAL_RANK", "MPI_LOCALRANKID")
 
 

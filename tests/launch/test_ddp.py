@@ -1,7 +1,7 @@
 """The ddp engine under real torchrun (gloo): the reduced gradient equals one big batch's across
 plan changes and accumulation, every index is trained exactly once per epoch, a killed job resumes
 (torchrun --max-restarts, and on another number of ranks) training the rest exactly once, and a
-raising rank ends the job within 30 s. Job: tests/launch/scripts/ddp_job.py."""
+raising rank ends the job within 30 s, a frozen one after the stall watchdog's timeout. Job: tests/launch/scripts/ddp_job.py."""
 from __future__ import annotations
 
 import functools
@@ -111,6 +111,26 @@ def test_raising_rank_ends_the_job_within_30s(tmp_path):
     m = re.search(r"FAULT-AT ([0-9.]+)", out)
     assert m, out[-2000:]
     assert t_end - float(m.group(1)) < 30.0
+
+
+def test_frozen_rank_ends_the_job_naming_it(tmp_path):
+    """SIGSTOP on rank 1 (a frozen node) under torchrun: rank 0 waits in DDP's gloo allreduce; the
+    hook's stall watchdog (over torch.distributed) ends the job after stall_timeout_s, naming the
+    frozen rank. torchrun then gives the stopped rank its 30 s SIGTERM grace before SIGKILL
+    (torch/distributed/elastic/multiprocessing/api.py, ``_close(timeout=30)``)."""
+    from faultrun import run_job
+
+    stall_s, torchrun_grace_s, slack_s = 6.0, 30.0, 15.0
+    env = {**job_env(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "DYNAMIX_STALL_TIMEOUT_S": str(stall_s)}
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", JOB, "--mode", "train",
+           "--samples", "20000", "--die-at-step", "20", "--die-mode", "sigstop", "--sleep", "0.02"]
+    res = run_job(cmd, env, timeout=stall_s + torchrun_grace_s + 90, cwd=str(REPO))
+    assert res.returncode is not None, "the job hung after SIGSTOP:\n" + res.out[-3000:]
+    assert res.returncode != 0 and "FINISHED" not in res.out
+    assert re.search(r"stall watchdog on rank 0 of 2: .*unreachable or frozen: rank 1 \(", res.out), res.out[-3000:]
+    took = res.end_after_fault_s
+    print(f"\nfrozen rank 1 of 2 (torchrun, ddp engine, stall_timeout_s={stall_s:g}): job ended {took:.1f} s after SIGSTOP")
+    assert stall_s <= took < stall_s + torchrun_grace_s + slack_s, took
 
 
 def test_example_trains_under_torchrun(tmp_path):

@@ -145,6 +145,7 @@ def test_interface_hints_from_environment() -> None:
     assert choose_interfaces({"DYNAMIX_IFACES": "lo,eth0"}, root) == ["lo", "eth0"]
     assert choose_interfaces({"OMPI_MCA_btl_tcp_if_include": "10.0.0.0/8,ens5"}, root) == ["ens5"]
     assert choose_interfaces({"NCCL_SOCKET_IFNAME": "^docker,=eth9", "HOROVOD_GLOO_IFACE": "eth0"}, root) == ["eth0"]
+    assert choose_interfaces({"GLOO_SOCKET_IFNAME": "eth0"}, root) == ["eth0"]
     assert choose_interfaces({"DYNAMIX_IFACES": "missing0"}, root) is None
 
 

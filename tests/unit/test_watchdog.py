@@ -111,6 +111,7 @@ def test_addresses_follow_the_mpi_interface_hints() -> None:
     assert choose_addresses(ifaces, {"OMPI_MCA_btl_tcp_if_include": "lo"}) == ["127.0.0.1"]
     assert choose_addresses(ifaces, {"OMPI_MCA_btl_tcp_if_include": "10.213.0.0/24"}) == ["10.213.0.12"]
     assert choose_addresses(ifaces, {}) == ["192.0.2.2", "10.213.0.12"]
+    assert choose_addresses(ifaces, {"GLOO_SOCKET_IFNAME": "veth0"}) == ["10.213.0.12"]    # torchrun + gloo
     assert choose_addresses({"lo": "127.0.0.1"}, {}) == ["127.0.0.1"]
     row = encode_endpoint(40123, 77, ["10.213.0.12", "192.0.2.2"])
     assert decode_endpoint(row) == (40123, 77, ["10.213.0.12", "192.0.2.2"])

@@ -9,7 +9,7 @@ and optimizer) plus what only the tests need.
               with one big batch's gradient over the union of the step's samples (all ranks'
               indices, recomputed on a single-process copy of the model); prints the worst difference
 --mode train  MNIST-1D-like training; optional checkpoint/resume, per-rank log of the trained
-              indices, a rank that SIGKILLs itself or raises at a step
+              indices, a rank that SIGKILLs or SIGSTOPs itself or raises at a step
 --mode oom    uniform plan (the hook averages, flags included); the last rank reports out of
               memory after DDP's forward at step 3; prints every rank's cap afterwards
 """
@@ -120,7 +120,8 @@ def train_mode(args: argparse.Namespace) -> None:
                 if args.die_mode == "raise":
                     print(f"FAULT-AT {time.time():.3f}", flush=True)
                     raise RuntimeError("injected failure in the training loop")
-                os.kill(os.getpid(), 9)
+                print(f"FAULT-AT {time.time():.3f}", flush=True)
+                os.kill(os.getpid(), 19 if args.die_mode == "sigstop" else 9)
             loss = F.cross_entropy(model(x[idx]), y[idx])
             opt.zero_grad()
             loss.backward()
@@ -153,7 +154,7 @@ def main() -> None:
     p.add_argument("--seen-log", default=None, help="append 'epoch step index' lines per rank")
     p.add_argument("--die-at-step", type=int, default=-1, help="on the first attempt only (no torchrun restart yet)")
     p.add_argument("--die-rank", type=int, default=1)
-    p.add_argument("--die-mode", choices=("sigkill", "raise"), default="sigkill")
+    p.add_argument("--die-mode", choices=("sigkill", "sigstop", "raise"), default="sigkill")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (fault timing tests)")
     args = p.parse_args()
     torch.set_num_threads(1)
