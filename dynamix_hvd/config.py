@@ -358,3 +358,70 @@ def _from_env(env: Mapping[str, str], names: set[str]) -> dict[str, Any]:
         if name in names:
             out[name] = _parse_env_value(name, raw, defaults[name])
     return out
+
+
+# ---- the same configuration on every rank ------------------------------------------------------
+# Settings only rank 0 reads (its controller, guard, fine-tuning, run log and progress bar) or that
+# are a rank's own business (its collector): they may differ between ranks. Every other field, and
+# the data set's size, must be equal on every rank: ranks that disagree on, say, decision_lag or
+# stall_timeout_s wait in different collectives for ever, and ranks that disagree on seed,
+# base_batch or the data set's size train some samples twice and others never, without a word.
+RANK0_ONLY = frozenset({"controller", "controller_kwargs", "fallback_controller", "guard_drop", "guard_patience",
+                        "guard_retries", "finetune", "finetune_steps", "finetune_lr", "finetune_epochs",
+                        "tensorboard", "progress", "collector", "collector_period_ms"})
+
+
+def agreement_fields() -> tuple[str, ...]:
+    """The fields every rank must agree on (``rank_fingerprint``'s order), then the data set's size."""
+    return tuple(f.name for f in fields(DynamixConfig) if f.name not in RANK0_ONLY) + ("dataset_size",)
+
+
+def _hash48(value: Any) -> float:
+    import hashlib
+
+    return float(int.from_bytes(hashlib.blake2b(repr(value).encode(), digest_size=6).digest(), "big"))
+
+
+def schema_fingerprint() -> list[float]:
+    """What ``rank_fingerprint`` compares, in two floats (this length in every version): how many
+    fields and a 48-bit hash of their names. Ranks running different dynamix_hvd versions differ
+    here, and their fingerprints, of other lengths, could not be gathered side by side."""
+    return [float(len(agreement_fields())), _hash48(agreement_fields())]
+
+
+def schema_disagreement(table: Any, rank: int) -> str | None:
+    """The error message when the ranks' ``schema_fingerprint`` rows differ, else None."""
+    odd = [r for r in range(1, len(table)) if list(table[r]) != list(table[0])]
+    if not odd:
+        return None
+    ranks = ", ".join(map(str, odd[:8])) + (", ..." if len(odd) > 8 else "")
+    return (f"dynamix_hvd differs across ranks: rank(s) {ranks} check another set of settings than rank 0 "
+            f"({int(table[0][0])} settings; rank {rank}, this one, checks {int(table[rank][0])}), so they run "
+            f"another version of dynamix_hvd; install the same version on every node")
+
+
+def rank_fingerprint(config: DynamixConfig, dataset_size: int) -> list[float]:
+    """One 48-bit hash per ``agreement_fields()`` entry, as floats (exact in float64), for one
+    allgather. ``run_dir`` counts only as set or unset, and only with automatic checkpoints (their
+    save waits for every rank): only rank 0 writes the run log, so user code may set it there alone."""
+    values = {**{f: getattr(config, f) for f in agreement_fields()[:-1]}, "dataset_size": int(dataset_size)}
+    values["run_dir"] = values["run_dir"] is not None if config.checkpoint_every > 0 else None
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return [_hash48(values[f]) for f in agreement_fields()]
+
+
+def disagreement(table: Any, rank: int, mine: Mapping[str, Any]) -> str | None:
+    """The error message when the ranks' fingerprints (``table``: one ``rank_fingerprint`` row per
+    rank) differ, else None. Every rank gets the same fields and ranks named; ``mine`` (this
+    rank's values) adds what this rank has."""
+    names = agreement_fields()
+    diffs = [(r, [names[j] for j in range(len(names)) if table[r][j] != table[0][j]]) for r in range(1, len(table))]
+    diffs = [(r, f) for r, f in diffs if f]
+    if not diffs:
+        return None
+    fields_named = sorted({n for _, f in diffs for n in f})
+    per_rank = "; ".join(f"rank {r}'s {', '.join(f)}" for r, f in diffs[:8]) + ("; ..." if len(diffs) > 8 else "")
+    have = ", ".join(f"{n}={mine[n]!r}" for n in fields_named if n in mine)
+    return (f"the configuration differs across ranks (compared with rank 0's): {per_rank}. Every rank must have the same "
+            f"{', '.join(fields_named)} (rank {rank}, this one, has {have}); set them the same way on every node "
+            f"(DYNAMIX_* environment, config file, keyword arguments, dataset_size)")

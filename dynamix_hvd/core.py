@@ -82,6 +82,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
                metrics_fn: Callable[[WorkerStats], None] | None) -> None:
         self.comm = comm
         self.rank, self.world = comm.rank, comm.size
+        lifecycle.check_same_config(comm, config, dataset_size)    # before any collective that depends on it
         self.config = cfg = resolve_config(config, controller, comm).validate(self.world)
         self.model, self.emulator, self.metrics_fn = model, emulator, metrics_fn
         self.bounds = lifecycle.bounds_for_world(cfg, self.world, model)

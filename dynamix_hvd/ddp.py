@@ -66,8 +66,10 @@ class Dynamix(DynamixCore):
         self._t_compute = 0.0
         self._handles = [optimizer.register_step_pre_hook(self._pre_step),
                          optimizer.register_step_post_hook(self._post_step)]
-        if resume is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and cfg.run_dir:
-            resume = Path(cfg.run_dir) / "checkpoint.pt"     # torchrun restarted the workers
+        if resume is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+            # torchrun restarted the workers: rank 0's run_dir (it may be set there alone)
+            resume = self.comm.bcast_object(str(Path(cfg.run_dir) / "checkpoint.pt")
+                                            if self.rank == 0 and cfg.run_dir else None)
         if resume is not None and self.comm.bcast_object(os.path.exists(resume) if self.rank == 0 else None):
             self.load(resume, allow_resize=True)
 

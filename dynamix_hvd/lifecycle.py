@@ -17,7 +17,8 @@ from typing import Any, Callable
 import torch
 
 from dynamix_hvd import checkpoint as ckpt
-from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.config import (ConfigError, DynamixConfig, disagreement, rank_fingerprint, schema_disagreement,
+                                schema_fingerprint)
 from dynamix_hvd.data import PlanLog
 from dynamix_hvd.errors import DynamixError, OutOfMemoryError
 from dynamix_hvd.measure import GradNoise
@@ -118,6 +119,22 @@ class AbortOnUncaught:
         if self.installed and sys.excepthook is self.hook:
             sys.excepthook = self.previous
         self.installed = False
+
+
+def check_same_config(comm: Any, config: DynamixConfig, dataset_size: int) -> None:
+    """Raise ConfigError on every rank when the ranks run other dynamix_hvd versions or their
+    settings or data set sizes differ (two allgathers of hashes, before any collective that
+    depends on them; config.RANK0_ONLY lists what may differ). Not under Horovod elastic: a
+    worker joining later would wait here alone."""
+    if comm.size < 2 or os.environ.get("HOROVOD_ELASTIC", "") == "1":
+        return
+    msg = schema_disagreement(comm.allgather_floats(schema_fingerprint()), comm.rank)
+    if msg is not None:
+        raise ConfigError(msg)
+    table = comm.allgather_floats(rank_fingerprint(config, dataset_size))
+    msg = disagreement(table, comm.rank, {**config.to_dict(), "dataset_size": dataset_size})
+    if msg is not None:
+        raise ConfigError(msg)
 
 
 def start_watchdog(dyn: Any) -> Any:

@@ -133,6 +133,23 @@ def test_frozen_rank_ends_the_job_naming_it(tmp_path):
     assert stall_s <= took < stall_s + torchrun_grace_s + slack_s, took
 
 
+def test_a_rank_with_other_settings_ends_the_job_naming_them():
+    """Rank 1 alone gets DYNAMIX_DECISION_LAG=0 (torchrun --no-python through
+    tests/launch/scripts/rank_env.sh): both ranks refuse when Dynamix is built, naming the field;
+    before the check the job waited in different collectives until killed."""
+    from faultrun import run_job
+
+    env = {**job_env(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "RANK_ENV": "DYNAMIX_DECISION_LAG=0"}
+    cmd = [str(BIN / "torchrun"), "--standalone", "--no-python", "--nproc-per-node", "2",
+           str(REPO / "tests" / "launch" / "scripts" / "rank_env.sh"), str(BIN / "python"), JOB, "--mode", "train",
+           "--samples", "2000", "--controller", "goodput"]
+    res = run_job(cmd, env, timeout=120, cwd=str(REPO))
+    assert res.returncode is not None, "the job hung:\n" + res.out[-3000:]
+    assert res.returncode != 0 and "FINISHED" not in res.out
+    for rank, value in ((0, 2), (1, 0)):
+        assert f"decision_lag (rank {rank}, this one, has decision_lag={value})" in res.out, res.out[-3000:]
+
+
 def test_example_trains_under_torchrun(tmp_path):
     proc = torchrun(2, "--epochs", "2", "--samples", "2000", script=str(EXAMPLE),
                     env={"DYNAMIX_RUN_DIR": str(tmp_path), "DYNAMIX_CONTROLLER": "proportional"})

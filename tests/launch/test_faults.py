@@ -139,3 +139,27 @@ def test_rank0_lost_then_resume_on_the_rest_exactly_once(have_mpirun, tmp_path):
         return out
 
     assert sorted(seen("run1", 4, resumed_at) + seen("run2", 3)) == list(range(samples))
+
+
+# ---- a node configured differently (config.rank_fingerprint, lifecycle.check_same_config) -------
+RANK_ENV = str(REPO / "tests" / "launch" / "scripts" / "rank_env.sh")
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun-gloo"])
+def test_a_rank_with_other_settings_ends_the_job_naming_them(have_mpirun, launcher):
+    """Rank 1 alone gets DYNAMIX_DECISION_LAG=0 (its node's environment differs): before the check
+    the ranks waited in different collectives for ever (the watchdog sees every rank alive at the
+    same step and does not end it); now every rank refuses when Dynamix is built."""
+    from faultrun import run_job
+
+    cmd = _stall_cmd(launcher, 2, "--samples", "1600")
+    at = cmd.index(sys.executable)
+    cmd[at:at] = [RANK_ENV]
+    t0 = time.time()
+    res = run_job(cmd, {**_stall_env(), "RANK_ENV": "DYNAMIX_DECISION_LAG=0"}, timeout=120, cwd=str(REPO))
+    assert res.returncode is not None, "the job hung:\n" + res.out[-3000:]
+    assert res.returncode != 0 and "FINISHED" not in res.out
+    for rank, value in ((0, 2), (1, 0)):
+        assert (f"the configuration differs across ranks (compared with rank 0's): rank 1's decision_lag. Every rank must "
+                f"have the same decision_lag (rank {rank}, this one, has decision_lag={value})") in res.out, res.out[-3000:]
+    print(f"\n{launcher}: rank 1 with decision_lag 0: job ended {res.t_end - t0:.1f} s after launch")
