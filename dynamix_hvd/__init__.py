@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 from dynamix_hvd._loader import NativeExtensionError, load_native
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.config import DynamixConfig
+from dynamix_hvd.errors import StopTraining
 
 
 def __getattr__(name: str):  # lazy: importing horovod.torch is slow and optional
@@ -19,4 +20,4 @@ def __getattr__(name: str):  # lazy: importing horovod.torch is slow and optiona
         return Dynamix
     raise AttributeError(name)
 
-__all__ = ["__version__", "NativeExtensionError", "load_native", "Plan", "DynamixConfig", "Dynamix"]
+__all__ = ["__version__", "NativeExtensionError", "load_native", "Plan", "DynamixConfig", "Dynamix", "StopTraining"]

@@ -69,22 +69,23 @@ class StepFlags:
     def pending(self) -> bool:
         return self._handle is not None
 
-    def submit(self, oom_batch: int, react: int, average: bool = False) -> None:
+    def submit(self, oom_batch: int, word: int, average: bool = False) -> None:
         if self._handle is not None:
             return
-        set_flags(self._np, self.rank, self.world, oom_batch, react)
+        set_flags(self._np, self.rank, self.world, oom_batch, word)
         self._averaged = average
         self._handle = self.hvd.allreduce_async_(self._tensor, name="dynamix.flags",
                                                  op=self.hvd.Average if average else self.hvd.Sum)
 
-    def wait(self) -> tuple[np.ndarray | None, list[int] | None]:
-        """(oom batch per rank or None, ranks asking for an early decision or None)."""
+    def wait(self) -> tuple[np.ndarray | None, list[int] | None, list[int] | None]:
+        """(oom batch per rank or None, ranks asking for an early decision or None, ranks that
+        got a stop signal or None)."""
         if self._handle is None:
             raise RuntimeError("dynamix: the step's flags were never submitted")
         self.hvd.synchronize(self._handle)
         self._handle = None
         if not self._np.any():              # the common case: nothing to report
-            return None, None
+            return None, None, None
         return read_flags(self._np * self.world if self._averaged else self._np, self.world)
 
 

@@ -87,6 +87,9 @@ class DynamixConfig:
     finetune_epochs: int = 4             # PPO epochs over each rollout
     stall_timeout_s: float = 60.0        # a rank that completes no step for this long while a peer sends no
                                          # heartbeat for as long ends the job naming that peer (watchdog.py); 0 = off
+    stop_on_signal: bool = True          # SIGTERM (torchrun, schedulers) or SIGUSR1 (mpirun forwards it) on any
+                                         # rank: every rank checkpoints to run_dir after the same step and raises
+                                         # StopTraining (exit code 75); a handler of the user's own is kept
 
     # ------------------------------------------------------------------------------------
     def validate(self, world_size: int | None = None) -> "DynamixConfig":
@@ -149,6 +152,7 @@ class DynamixConfig:
         need(isinstance(self.progress, bool), "progress", "true or false")
         need(isinstance(self.oom_redo, bool), "oom_redo", "true or false")
         need(isinstance(self.react, bool), "react", "true or false")
+        need(isinstance(self.stop_on_signal, bool), "stop_on_signal", "true or false")
         need(isinstance(self.react_tol, (int, float)) and not isinstance(self.react_tol, bool)
              and 0 < self.react_tol <= 10, "react_tol", "a number in (0, 10]")
         need(self.max_batch_growth is None or (isinstance(self.max_batch_growth, (int, float))

@@ -102,6 +102,10 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self.collector = lifecycle.start_collector(cfg.collector_period_ms, self.rank) if cfg.collector else None
         self._excepthook = lifecycle.AbortOnUncaught(self.rank, self.world, self.comm.abort)
         self._watchdog = lifecycle.start_watchdog(self)    # stall_timeout_s: ends a job stuck on a lost peer
+        # SIGTERM / SIGUSR1: every rank checkpoints and stops after the same step (not under Horovod
+        # elastic, whose driver stops and replaces workers itself)
+        self._stopper = lifecycle.StopOnSignal(cfg.stop_on_signal and os.environ.get("HOROVOD_ELASTIC", "") != "1")
+        self.local.stop_signal = self._stopper.get
         # close() also runs when the hook is garbage collected or the interpreter exits, so the
         # run log is complete without an explicit close(). At exit it runs before the engine's
         # own shutdown (registered after hvd.init()): a decision still in flight is waited for
@@ -115,7 +119,8 @@ class DynamixCore(lifecycle.DeprecatedLoop):
 
     def _track(self) -> None:
         self._res.update(log=self.log, progress=self.progress, comm=self.comm, collector=self.collector,
-                         excepthook=self._excepthook, watchdog=self._watchdog, decide_thread=self._decide_thread)
+                         excepthook=self._excepthook, watchdog=self._watchdog, decide_thread=self._decide_thread,
+                         stopper=self._stopper)
 
     def _make_decider(self, controller: Controller | None) -> Decider:
         return Decider(self.config, self.bounds, self.base_global_batch, controller, log_event=self.log.event)
@@ -245,7 +250,8 @@ class DynamixCore(lifecycle.DeprecatedLoop):
 
     def _after_update(self, t_entry: float) -> None:
         """After the update of a trained step: bookkeeping, the decision when due, the LR rule,
-        the automatic checkpoint. ``t_entry``: when this rank's own compute of the step ended."""
+        the automatic checkpoint, the stop (a rank got a stop signal). ``t_entry``: when this
+        rank's own compute of the step ended."""
         loc = self.local
         sl, before = loc.record_step(t_entry, self._reduced_grads)
         step = sl.step
@@ -264,6 +270,8 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         every = cfg.checkpoint_every
         if every and (step + 1) % every == 0 and cfg.run_dir:
             self.save(Path(cfg.run_dir) / "checkpoint.pt")
+        if loc.stop_ranks is not None:     # some rank got SIGTERM / SIGUSR1: every rank, after this step
+            lifecycle.stop_after_step(self, step, loc.stop_ranks)
 
     def _reduced_grads(self) -> list[torch.Tensor]:
         return [p.grad for p in self.local.params if p.grad is not None]
@@ -490,6 +498,7 @@ def _release(res: dict[str, Any]) -> None:
     res["progress"].close()
     res["comm"].free()
     res["excepthook"].restore()
+    res["stopper"].restore()
     if res.get("watchdog") is not None:
         res["watchdog"].close()
 

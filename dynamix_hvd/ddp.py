@@ -16,7 +16,7 @@ The loop is DDP's: the model and optimizer are the user's own objects. Dynamix a
   * the optimizer's step pre-hook: the flags (an out-of-memory rank: the update is skipped on
     every rank and the same samples are redone under a lowered cap), and the post-hook: the
     engine-neutral per-step logic of core.py (record the step, decide when due, LR rule,
-    automatic checkpoint);
+    automatic checkpoint, the stop after a stop signal on any rank);
   * gradient accumulation: DDP's ``no_sync`` (``require_backward_grad_sync = False``) on every
     micro-batch but the last of a step, so one reduction per step.
 Plans and rows travel over a private gloo group (comm.TorchComm). ``resume=PATH`` (or, after a
@@ -60,7 +60,7 @@ class Dynamix(DynamixCore):
         cfg = self.config
         self._hook = SumHook(self.rank, self.world, None, scale=lambda: self.local.scale,
                              on_local=self._on_local if cfg.gns else None,
-                             flags=self._my_flags if (cfg.oom_redo or cfg.react) else None)
+                             flags=self._my_flags if (cfg.oom_redo or cfg.react or cfg.stop_on_signal) else None)
         self._hook.register(model)
         self.local.on_new_step = self._new_step
         self._t_compute = 0.0
@@ -83,7 +83,7 @@ class Dynamix(DynamixCore):
         hook.new_step(avg)
 
     def _my_flags(self) -> tuple[int, int]:
-        return self.local.oom_batch, self.local.react_flag
+        return self.local.oom_batch, self.local.flag_word()
 
     def _begin_micro(self) -> None:
         super()._begin_micro()
@@ -99,10 +99,11 @@ class Dynamix(DynamixCore):
         if hook.buckets == 0:
             self._join_reduction()
         oom: np.ndarray | None = None
-        if hook.flags is not None:   # (without oom_redo and react no rank ever raises a flag)
-            oom, react = hook.read_flags()
+        if hook.flags is not None:   # (without oom_redo, react and stop_on_signal no rank ever raises a flag)
+            oom, react, stop = hook.read_flags()
             if react is not None:
                 loc.react_ranks = react
+            loc.stop_ranks = stop or loc.stop_ranks
         loc.oom_batch = loc.react_flag = 0
         # this rank's compute ended when its last bucket was ready; the rest of backward was waiting
         self._t_compute = hook.t_last if hook.buckets else t_entry

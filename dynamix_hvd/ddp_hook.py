@@ -11,7 +11,7 @@ On a uniform step (every rank the same batch, no accumulation: n_i/T = 1/N every
 and 3 become one AVG allreduce, as in a plain DDP job: no weight pass on the training thread,
 the backend divides (gloo and NCCL; other backends keep the weight and SUM).
 Bucket 0 (the first one reduced, at most DDP's 1 MB first-bucket cap by default) also carries the
-step's flag vector (wire.py: every rank's out-of-memory batch and early-decision flag): it is
+step's flag vector (wire.py: every rank's out-of-memory batch and flag word): it is
 allreduced as one tensor [weighted bucket 0, flags], so the flags cost no collective of their
 own. They are reduced by the time ``loss.backward()`` returns (DDP waits for every bucket);
 averaged flags are multiplied back by N (small integers: exact after rounding).
@@ -65,7 +65,7 @@ class SumHook:
         self.rank, self.world, self.group = rank, world, group
         self.scale = scale             # this rank's weight n_i/T for the step (float)
         self.on_local = on_local       # sampled-step norm capture of the weighted local bucket, or None
-        self.flags = flags             # () -> (oom batch, early-decision flag) of this rank, or None
+        self.flags = flags             # () -> (oom batch, flag word: wire.REACT_BIT | STOP_BIT) of this rank, or None
         self.times = BucketTimes()
         self.buckets = 0               # buckets launched in this step
         self.t_last = 0.0              # when this step's last bucket was launched (local compute done)
@@ -129,8 +129,9 @@ class SumHook:
 
         return fut.then(done)
 
-    def read_flags(self) -> tuple[np.ndarray, list[int] | None]:
-        """(oom batch per rank, ranks asking for an early decision or None), summed over ranks."""
+    def read_flags(self) -> tuple[np.ndarray, list[int] | None, list[int] | None]:
+        """(oom batch per rank, ranks asking for an early decision or None, ranks that got a stop
+        signal or None), summed over ranks."""
         if not self._flags_ready or self._ext is None:
             raise RuntimeError("dynamix: the step's flags did not arrive (bucket 0 was not reduced)")
         n = self._ext.numel() - len(self._flag_np)

@@ -13,3 +13,17 @@ class OutOfMemoryError(RuntimeError):
         self.rank, self.batch_size, self.limit = rank, batch_size, limit
         extra = f" (limit {limit})" if limit is not None else ""
         super().__init__(f"rank {rank}: out of memory at local batch size {batch_size}{extra}")
+
+
+STOP_EXIT_CODE = 75     # os.EX_TEMPFAIL: a temporary failure, run the job again (it resumes)
+
+
+class StopTraining(SystemExit):
+    """Raised from ``optimizer.step()`` on every rank after the same step when some rank got
+    SIGTERM or SIGUSR1 (``stop_on_signal``): the state is in ``checkpoint`` (None without
+    ``run_dir``). Uncaught, the process exits with code 75 (EX_TEMPFAIL); ``except Exception``
+    does not catch it."""
+
+    def __init__(self, step: int, checkpoint: str | None, ranks: list[int]) -> None:
+        super().__init__(STOP_EXIT_CODE)
+        self.step, self.checkpoint, self.ranks = step, checkpoint, ranks

@@ -17,11 +17,12 @@ bookkeeping, decisions, checkpoints; shared with the DDP engine, ddp.py) and the
   localstate.py this rank's position, step in flight, per-step record, whether a decision is due
   decide.py     rank 0: controller, guards, next plan (no MPI)
   wire.py       row, plan and flag formats; comm.py moves them
-  lifecycle.py  bounds, BatchNorm floor, collector, excepthook, checkpoints
+  lifecycle.py  bounds, BatchNorm floor, collector, excepthook, stop signals, checkpoints
 Per step (inside ``optimizer.step()``, ``guard_optimizer``): read the flags that rode on the gradients (a probe element),
 apply the update, record the step in O(1); every ``interval_steps`` steps, at least
 ``min_decision_s`` apart (or at once when a rank's detector flags a change), gather the rows,
-decide on rank 0, broadcast the plan with the step of the next decision.
+decide on rank 0, broadcast the plan with the step of the next decision; after a step whose
+flags say some rank got a stop signal, checkpoint and raise StopTraining on every rank.
 
 Why the weight: Horovod sums gradients (``op=hvd.Sum``); rank i's loss is its mean over n_i
 samples and its gradient is multiplied by n_i/T (T: the step's samples over all ranks), so the
@@ -46,6 +47,7 @@ from dynamix_hvd.controllers import Controller
 from dynamix_hvd.core import DynamixCore, load_config
 from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.records import WorkerStats
+from dynamix_hvd.wire import flag_ranks
 
 class Dynamix(DynamixCore):
     """Dynamic per-rank batch sizes for a Horovod PyTorch job. Create after ``hvd.init()``."""
@@ -82,7 +84,7 @@ class Dynamix(DynamixCore):
         self._weighting = Weighting(inner._compression, len(inner._requires_update),  # noqa: SLF001
                                     scale=lambda: self.local.scale,
                                     on_local=self._on_local if self.config.gns else None, last=self._submit_flags,
-                                    flagged=lambda: bool(self.local.oom_batch or self.local.react_flag))
+                                    flagged=lambda: bool(self.local.oom_batch or self.local.flag_word()))
         inner._compression = self._compression = self._weighting     # noqa: SLF001 - installed per step
         self.local.on_new_step = self._new_step
         self._averaging = False     # Horovod's op is Average (uniform step) rather than Sum
@@ -100,7 +102,8 @@ class Dynamix(DynamixCore):
             self._weighting.probe.detach()
         self._weighting.probe = None
         self._weighting.last = None
-        if not (self.world > 1 and self._hooked and (self.config.oom_redo or self.config.react)):
+        cfg = self.config
+        if not (self.world > 1 and self._hooked and (cfg.oom_redo or cfg.react or cfg.stop_on_signal)):
             return
         if self._weighting.inner in (self.hvd.Compression.none, self.hvd.Compression.fp16):
             reduced = inner._requires_update     # noqa: SLF001
@@ -134,7 +137,7 @@ class Dynamix(DynamixCore):
 
     def _submit_flags(self) -> None:
         if self._flags is not None:
-            self._flags.submit(self.local.oom_batch, self.local.react_flag, self._averaging)
+            self._flags.submit(self.local.oom_batch, self.local.flag_word(), self._averaging)
 
     def _optimizer_step(self, closure: Any = None) -> Any:
         t_entry = time.perf_counter()
@@ -178,12 +181,15 @@ class Dynamix(DynamixCore):
             oom = self._exchange_flags(probe)
         elif self._flags is not None:
             self._submit_flags()                 # no-op: normally sent with the last gradient
-            oom, react = self._flags.wait()
+            oom, react, stop = self._flags.wait()
             if react is not None:
                 loc.react_ranks = react
+            loc.stop_ranks = stop or loc.stop_ranks
         else:
             if loc.react_flag:
                 loc.react_ranks = [self.rank]
+            if loc.stop_signal() and self.world == 1:    # (several ranks without a flag transport: not seen)
+                loc.stop_ranks = [self.rank]
             if loc.oom_batch:
                 oom = np.zeros(self.world, dtype=np.int64)
                 oom[self.rank] = loc.oom_batch
@@ -197,13 +203,15 @@ class Dynamix(DynamixCore):
         the probe element is restored exactly and the step goes on; returns the out-of-memory
         batch per rank (None when no rank ran out of memory)."""
         loc = self.local
-        got = self.comm.allgather_floats([float(loc.oom_batch), float(loc.react_flag), probe.local_value()])
+        got = self.comm.allgather_floats([float(loc.oom_batch), float(loc.flag_word()), probe.local_value()])
         oom = np.rint(got[:, 0]).astype(np.int64)
-        react = np.flatnonzero(got[:, 1] > 0.5)
+        react, stop = flag_ranks(got[:, 1])
+        loc.stop_ranks = stop or loc.stop_ranks
         if np.any(oom > 0):
             return oom
-        if react.size:
-            loc.react_ranks = react.tolist()
+        if react is not None or stop is not None:
+            if react is not None:
+                loc.react_ranks = react
             probe.restore(got[:, 2], self._averaging)
         return None     # no flag: the gradient itself is not finite, as the user's model made it
 

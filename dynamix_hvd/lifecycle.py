@@ -1,12 +1,14 @@
 """Lifecycle: what happens around training rather than in a step. Bounds for a world size, the
 BatchNorm floor, the metric collector (at low priority), the fault handling (the
-abort-on-uncaught-exception hook installed by the constructor and restored by ``close()``, the
-stall watchdog), and checkpoint save / load.
+abort-on-uncaught-exception hook and the stop-signal handlers installed by the constructor and
+restored by ``close()``, the stop after a stop signal, the check that every rank has the same
+settings, the stall watchdog), and checkpoint save / load.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 import threading
 import time
@@ -20,7 +22,7 @@ from dynamix_hvd import checkpoint as ckpt
 from dynamix_hvd.config import (ConfigError, DynamixConfig, disagreement, rank_fingerprint, schema_disagreement,
                                 schema_fingerprint)
 from dynamix_hvd.data import PlanLog
-from dynamix_hvd.errors import DynamixError, OutOfMemoryError
+from dynamix_hvd.errors import DynamixError, OutOfMemoryError, StopTraining
 from dynamix_hvd.measure import GradNoise
 from dynamix_hvd.observe import EpochProgress, RunLogger
 from dynamix_hvd.plan import Plan, PlanBounds, split_global
@@ -119,6 +121,65 @@ class AbortOnUncaught:
         if self.installed and sys.excepthook is self.hook:
             sys.excepthook = self.previous
         self.installed = False
+
+
+class StopOnSignal:
+    """SIGTERM (what torchrun and batch schedulers send before a kill) and SIGUSR1 (what mpirun
+    forwards to every rank; SLURM's ``--signal``) become a flag: ``get()`` is the signal got, 0
+    before. The step's flags carry it to every rank, which then checkpoint and stop after the
+    same step (``DynamixCore._stop``). Installed only over a signal's default action and only in
+    the main thread; a second signal of the same kind takes the default action (the process
+    ends at once). ``restore()`` puts the default back (``Dynamix.close()``)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self, enabled: bool) -> None:
+        self.signum = 0
+        self.installed: list[int] = []
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            return
+        for s in self.SIGNALS:
+            if signal.getsignal(s) is signal.SIG_DFL:
+                signal.signal(s, self._handle)
+                self.installed.append(s)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum == signum:          # asked twice: the default action, now
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.signum = self.signum or signum
+
+    def get(self) -> int:
+        return self.signum
+
+    def restore(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for s in self.installed:
+                if signal.getsignal(s) == self._handle:
+                    signal.signal(s, signal.SIG_DFL)
+        self.installed = []
+
+
+def stop_after_step(dyn: Any, step: int, ranks: list[int]) -> None:
+    """Some rank got a stop signal (``stop_on_signal``) and every rank knows it after this same
+    step (the step's flags): checkpoint to rank 0's ``run_dir`` (collective), log a ``stop``
+    event and leave the training loop with StopTraining (exit code 75); the job resumes from the
+    file. ``dyn``: the ``Dynamix`` instance."""
+    run_dir = dyn.config.run_dir if dyn.rank == 0 else None     # (it may be set on rank 0 alone)
+    path = dyn.comm.bcast_object(os.path.join(run_dir, "checkpoint.pt") if run_dir else None)
+    where = path if path is not None and dyn.save(path) else None
+    sig = dyn.local.stop_signal()
+    dyn.local.stop_ranks = None     # (the signal stays: caught, the next step stops again)
+    dyn.log.event({"step": step + 1, "stop": {"ranks": ranks, "checkpoint": where}})
+    dyn.log.flush()
+    if dyn.rank == 0 or sig:
+        got = f"this rank got {signal.Signals(sig).name}" if sig else f"rank(s) {ranks} got a stop signal"
+        sys.stderr.write(f"dynamix: rank {dyn.rank} stops after step {step + 1}: {got}; "
+                         + (f"checkpoint {where} (resume: dyn.load(path))\n" if where else
+                            "no checkpoint written (set run_dir)\n"))
+        sys.stderr.flush()
+    raise StopTraining(step + 1, where, ranks)
 
 
 def check_same_config(comm: Any, config: DynamixConfig, dataset_size: int) -> None:

@@ -21,6 +21,7 @@ from dynamix_hvd.observe import EpochProgress
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.react import ChangeDetector
 from dynamix_hvd.records import WorkerStats
+from dynamix_hvd.wire import REACT_BIT, STOP_BIT
 
 
 class LocalState:
@@ -43,6 +44,8 @@ class LocalState:
         self.oom_batch = 0          # this rank's batch size that ran out of memory in this step
         self.react_flag = 0         # this rank's detector fired; sent with the next step's flags
         self.react_ranks: list[int] | None = None   # ranks that flagged, known to all: decide early
+        self.stop_signal: Callable[[], int] = lambda: 0   # the stop signal this rank got (lifecycle.StopOnSignal)
+        self.stop_ranks: list[int] | None = None    # ranks that got one, known to all: checkpoint and stop
         self.next_due = config.first_due()  # regular decision after this many steps
         self.warm = True            # the next full step is a warm-up (first of the job or after a restore): not measured
         self.interval_start = self.consumed["step"]   # first step of the current decision interval
@@ -147,6 +150,10 @@ class LocalState:
                          "step": sl.step + 1}
         self.current = None
         return sl, before
+
+    def flag_word(self) -> int:
+        """This rank's flag word for the step's flags (wire.py): an early decision, a stop signal."""
+        return (REACT_BIT if self.react_flag else 0) | (STOP_BIT if self.stop_signal() else 0)
 
     def due(self, step: int) -> bool:
         """Decide after this step? When ``next_due`` steps are done (rank 0 sets it at each

@@ -7,7 +7,8 @@ Files of a run directory (JSON lines unless said):
   ``DecisionRecord`` per decision, and one ``EventRecord`` per event (``{"step", KIND: detail}``
   with KIND ``fallback`` (a controller could not be built), ``oom``, ``world_change`` or
   ``checkpoint_error`` (a checkpoint write failed and ``checkpoint_on_error='continue'``) or
-  ``decision_dropped`` (a decision in flight, ``decision_lag``, discarded: why, and after which step it gathered));
+  ``decision_dropped`` (a decision in flight, ``decision_lag``, discarded: why, and after which step it gathered)
+  or ``stop`` (a rank got a stop signal, ``stop_on_signal``: which ranks, the checkpoint written or None));
 - ``rank<R>.jsonl`` (the bench worker, one ``StepRecord`` per step), ``evals.jsonl`` (the bench
   worker, one ``EvalRecord`` per evaluation) and ``summary.json`` (one JSON object, ``RunSummary``).
 
@@ -28,7 +29,7 @@ import numpy as np
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.records import GlobalStats, WorkerStats
 
-EVENT_KINDS = ("fallback", "oom", "world_change", "checkpoint_error", "decision_dropped")
+EVENT_KINDS = ("fallback", "oom", "world_change", "checkpoint_error", "decision_dropped", "stop")
 T = TypeVar("T")
 
 

@@ -7,8 +7,9 @@ Row:   WorkerStats.to_array()  ++  [sum_t T_t c_i,t, sum_t T_t |G_t|^2_i]   (flo
        i's share of the reduced gradient, on the steps whose gradient statistics were sampled
 Plan:  [version, start_step, world_size, next_due, b_0, ..., b_{N-1}]   (int64; next_due: the
        step count after which the next regular decision is taken)
-Flags: [oom batch of rank 0..N-1, early-decision flag of rank 0..N-1]   (float32, summed: each
-       rank writes only its own slots, so the sum is everyone's values)
+Flags: [oom batch of rank 0..N-1, flag word of rank 0..N-1]   (float32, summed: each rank writes
+       only its own slots, so the sum is everyone's values; a word's bits: REACT_BIT an early
+       decision, STOP_BIT a stop signal)
 """
 from __future__ import annotations
 
@@ -51,15 +52,26 @@ def flag_slots(world: int) -> int:
     return 2 * world
 
 
-def set_flags(buf: np.ndarray, rank: int, world: int, oom_batch: int, react: int) -> None:
+# a rank's second slot is a word of bits: its detector saw a change (decide early), it got a stop signal
+REACT_BIT, STOP_BIT = 1, 2
+
+
+def set_flags(buf: np.ndarray, rank: int, world: int, oom_batch: int, word: int) -> None:
     """Write this rank's slots into a zeroed flag buffer (numpy view of the flag tensor)."""
     buf[:] = 0.0
     buf[rank] = float(oom_batch)
-    buf[world + rank] = float(react)
+    buf[world + rank] = float(word)
 
 
-def read_flags(buf: np.ndarray, world: int) -> tuple[np.ndarray, list[int] | None]:
-    """(oom batch per rank, ranks that flagged an early decision or None) from the summed buffer."""
+def flag_ranks(words: np.ndarray) -> tuple[list[int] | None, list[int] | None]:
+    """(ranks whose word has REACT_BIT, ranks whose word has STOP_BIT), each None when empty."""
+    w = np.rint(np.asarray(words, dtype=np.float64)).astype(np.int64)
+    react, stop = np.flatnonzero(w & REACT_BIT), np.flatnonzero(w & STOP_BIT)
+    return (react.tolist() if react.size else None), (stop.tolist() if stop.size else None)
+
+
+def read_flags(buf: np.ndarray, world: int) -> tuple[np.ndarray, list[int] | None, list[int] | None]:
+    """(oom batch per rank, ranks that flagged an early decision or None, ranks that got a stop
+    signal or None) from the summed buffer."""
     oom = np.rint(buf[:world]).astype(np.int64)
-    react = np.flatnonzero(buf[world:2 * world] > 0.5)
-    return oom, (react.tolist() if react.size else None)
+    return (oom, *flag_ranks(buf[world:2 * world]))

@@ -85,9 +85,10 @@ def test_step_flags_read_exactly_with_the_gradients_op(comm, average):
 
     rank, world = comm.Get_rank(), comm.Get_size()
     flags = StepFlags(hvd, rank, world)
-    flags.submit(oom_batch=37 + rank if rank == world - 1 else 0, react=int(rank == 0), average=average)
-    oom, react = flags.wait()
+    flags.submit(oom_batch=37 + rank if rank == world - 1 else 0, word=int(rank == 0) | (2 if rank == world - 1 else 0),
+                 average=average)
+    oom, react, stop = flags.wait()
     assert oom is not None and oom.tolist() == [0] * (world - 1) + [37 + world - 1]
-    assert react == [0]
-    flags.submit(oom_batch=0, react=0, average=average)
-    assert flags.wait() == (None, None)
+    assert react == [0] and stop == [world - 1]
+    flags.submit(oom_batch=0, word=0, average=average)
+    assert flags.wait() == (None, None, None)

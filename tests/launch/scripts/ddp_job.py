@@ -125,11 +125,11 @@ def train_mode(args: argparse.Namespace) -> None:
             loss = F.cross_entropy(model(x[idx]), y[idx])
             opt.zero_grad()
             loss.backward()
-            opt.step()
-            dyn.report(loss=loss)
-            if log:
+            if log:     # (before the step: a stop signal ends the loop inside opt.step(), after the update)
                 log.write("".join(f"{epoch} {step} {i}\n" for i in idx.tolist()))
                 log.flush()
+            opt.step()
+            dyn.report(loss=loss)
             if args.checkpoint and args.checkpoint_every and dyn.step_count % args.checkpoint_every == 0:
                 dyn.save(args.checkpoint)
             if args.sleep:

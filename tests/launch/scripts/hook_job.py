@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import horovod.torch as hvd
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--allow-resize", action="store_true", help="resume a checkpoint of another world size")
     p.add_argument("--seen-log", default=None, help="append 'step index' lines per rank")
     p.add_argument("--die-at-step", type=int, default=-1, help="rank 1 SIGKILLs itself there")
+    p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (signal tests)")
     args = p.parse_args()
 
     hvd.init()
@@ -54,11 +56,13 @@ def main() -> None:
             loss = F.cross_entropy(model(x[idx]), y[idx])
             optimizer.zero_grad()
             loss.backward()
-            optimizer.step()
-            dyn.report(loss=loss)
-            if log:
+            if log:     # (before the step: a stop signal ends the loop inside optimizer.step(), after the update)
                 log.write("".join(f"{step} {i}\n" for i in idx.tolist()))
                 log.flush()
+            optimizer.step()
+            dyn.report(loss=loss)
+            if args.sleep:
+                time.sleep(args.sleep)
             if args.checkpoint and args.checkpoint_every and dyn.step_count % args.checkpoint_every == 0:
                 dyn.save(args.checkpoint)
     with torch.no_grad():
