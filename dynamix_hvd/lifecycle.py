@@ -177,7 +177,7 @@ def stop_after_step(dyn: Any, step: int, ranks: list[int]) -> None:
         got = f"this rank got {signal.Signals(sig).name}" if sig else f"rank(s) {ranks} got a stop signal"
         sys.stderr.write(f"dynamix: rank {dyn.rank} stops after step {step + 1}: {got}; "
                          + (f"checkpoint {where} (resume: dyn.load(path))\n" if where else
-                            "no checkpoint written (set run_dir)\n"))
+                            "no checkpoint written (" + ("its write failed" if path else "no run_dir") + ")\n"))
         sys.stderr.flush()
     raise StopTraining(step + 1, where, ranks)
 

@@ -98,3 +98,15 @@ def test_off_leaves_the_signals_alone_and_a_handler_of_ones_own_is_kept(comm):
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     off.close()
     comm.Barrier()
+
+
+def test_without_run_dir_every_rank_still_stops_after_the_same_step(comm, capfd):
+    rank, world = comm.Get_rank(), comm.Get_size()
+    dyn, x, y = _build(None, hvd.Compression.none)
+    with pytest.raises(StopTraining) as stop:
+        _train(dyn, x, y, [], kill_at=2, sig=signal.SIGUSR1, killer=0)
+    assert stop.value.checkpoint is None and comm.allgather(stop.value.step) == [3] * world
+    if rank == 0:
+        assert "stops after step 3: this rank got SIGUSR1; no checkpoint written (no run_dir)" in capfd.readouterr().err
+    dyn.close()
+    comm.Barrier()
