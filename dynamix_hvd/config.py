@@ -212,6 +212,12 @@ class DynamixConfig:
         caps = [c for c in (self.max_global_batch, None if growth is None else int(growth * b0)) if c is not None]
         return min(caps) if caps else None
 
+    @property
+    def step_flags(self) -> bool:
+        """Can any rank raise a per-step flag (out of memory, a change, a stop signal)? Else the
+        engines send none (wire.py's flag vector)."""
+        return self.oom_redo or self.react or self.stop_on_signal
+
     def first_due(self, start_step: int = 0) -> int:
         """The step count after which the first decision from ``start_step`` is due (a job's start,
         a restore, a resize): ``first_decision_steps`` (at most ``interval_steps``) later, not

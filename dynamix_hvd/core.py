@@ -61,7 +61,7 @@ def resolve_config(config: DynamixConfig, controller: Controller | None, comm: A
     every rank: a controller object may exist on rank 0 only (one broadcast, at construction)."""
     if config.gns is not None:
         return config
-    if os.environ.get("HOROVOD_ELASTIC", "") == "1":
+    if lifecycle.under_horovod_elastic():
         # a Horovod elastic worker joining later would wait in this broadcast while the others are
         # in state.sync() (as for the initial-state broadcasts, horovod.py): each rank decides from
         # its own controller argument, so pass the same controller (a name) on every rank
@@ -104,7 +104,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self._watchdog = lifecycle.start_watchdog(self)    # stall_timeout_s: ends a job stuck on a lost peer
         # SIGTERM / SIGUSR1: every rank checkpoints and stops after the same step (not under Horovod
         # elastic, whose driver stops and replaces workers itself)
-        self._stopper = lifecycle.StopOnSignal(cfg.stop_on_signal and os.environ.get("HOROVOD_ELASTIC", "") != "1")
+        self._stopper = lifecycle.StopOnSignal(cfg.stop_on_signal and not lifecycle.under_horovod_elastic())
         self.local.stop_signal = self._stopper.get
         # close() also runs when the hook is garbage collected or the interpreter exits, so the
         # run log is complete without an explicit close(). At exit it runs before the engine's

@@ -60,7 +60,7 @@ class Dynamix(DynamixCore):
         cfg = self.config
         self._hook = SumHook(self.rank, self.world, None, scale=lambda: self.local.scale,
                              on_local=self._on_local if cfg.gns else None,
-                             flags=self._my_flags if (cfg.oom_redo or cfg.react or cfg.stop_on_signal) else None)
+                             flags=self._my_flags if cfg.step_flags else None)
         self._hook.register(model)
         self.local.on_new_step = self._new_step
         self._t_compute = 0.0
@@ -101,9 +101,7 @@ class Dynamix(DynamixCore):
         oom: np.ndarray | None = None
         if hook.flags is not None:   # (without oom_redo, react and stop_on_signal no rank ever raises a flag)
             oom, react, stop = hook.read_flags()
-            if react is not None:
-                loc.react_ranks = react
-            loc.stop_ranks = stop or loc.stop_ranks
+            loc.flags_read(react, stop)
         loc.oom_batch = loc.react_flag = 0
         # this rank's compute ended when its last bucket was ready; the rest of backward was waiting
         self._t_compute = hook.t_last if hook.buckets else t_entry

@@ -30,7 +30,6 @@ summed gradient is exactly the mean gradient over all T samples, the one big bat
 """
 from __future__ import annotations
 
-import os
 import time
 import types
 from typing import Any, Callable, Iterable
@@ -73,7 +72,7 @@ class Dynamix(DynamixCore):
         if broadcast_initial_state is None:
             # Horovod elastic workers (HOROVOD_ELASTIC=1): state.sync() broadcasts instead; a worker
             # joining later would deadlock on these broadcasts while the others are in sync()
-            broadcast_initial_state = os.environ.get("HOROVOD_ELASTIC", "") != "1"
+            broadcast_initial_state = not lifecycle.under_horovod_elastic()
         if broadcast_initial_state:
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             hvd.broadcast_optimizer_state(inner, root_rank=0)
@@ -102,8 +101,7 @@ class Dynamix(DynamixCore):
             self._weighting.probe.detach()
         self._weighting.probe = None
         self._weighting.last = None
-        cfg = self.config
-        if not (self.world > 1 and self._hooked and (cfg.oom_redo or cfg.react or cfg.stop_on_signal)):
+        if not (self.world > 1 and self._hooked and self.config.step_flags):
             return
         if self._weighting.inner in (self.hvd.Compression.none, self.hvd.Compression.fp16):
             reduced = inner._requires_update     # noqa: SLF001
@@ -182,9 +180,7 @@ class Dynamix(DynamixCore):
         elif self._flags is not None:
             self._submit_flags()                 # no-op: normally sent with the last gradient
             oom, react, stop = self._flags.wait()
-            if react is not None:
-                loc.react_ranks = react
-            loc.stop_ranks = stop or loc.stop_ranks
+            loc.flags_read(react, stop)
         else:
             if loc.react_flag:
                 loc.react_ranks = [self.rank]
@@ -206,12 +202,11 @@ class Dynamix(DynamixCore):
         got = self.comm.allgather_floats([float(loc.oom_batch), float(loc.flag_word()), probe.local_value()])
         oom = np.rint(got[:, 0]).astype(np.int64)
         react, stop = flag_ranks(got[:, 1])
-        loc.stop_ranks = stop or loc.stop_ranks
         if np.any(oom > 0):
+            loc.flags_read(None, stop)      # (the step is redone: no early decision on it)
             return oom
         if react is not None or stop is not None:
-            if react is not None:
-                loc.react_ranks = react
+            loc.flags_read(react, stop)
             probe.restore(got[:, 2], self._averaging)
         return None     # no flag: the gradient itself is not finite, as the user's model made it
 

@@ -123,11 +123,16 @@ class AbortOnUncaught:
         self.installed = False
 
 
+def under_horovod_elastic() -> bool:
+    """Is this process a worker of elastic horovodrun (workers join later and are replaced)?"""
+    return os.environ.get("HOROVOD_ELASTIC", "") == "1"
+
+
 class StopOnSignal:
     """SIGTERM (what torchrun and batch schedulers send before a kill) and SIGUSR1 (what mpirun
     forwards to every rank; SLURM's ``--signal``) become a flag: ``get()`` is the signal got, 0
     before. The step's flags carry it to every rank, which then checkpoint and stop after the
-    same step (``DynamixCore._stop``). Installed only over a signal's default action and only in
+    same step (``stop_after_step``). Installed only over a signal's default action and only in
     the main thread; a second signal of the same kind takes the default action (the process
     ends at once). ``restore()`` puts the default back (``Dynamix.close()``)."""
 
@@ -187,7 +192,7 @@ def check_same_config(comm: Any, config: DynamixConfig, dataset_size: int) -> No
     settings or data set sizes differ (two allgathers of hashes, before any collective that
     depends on them; config.RANK0_ONLY lists what may differ). Not under Horovod elastic: a
     worker joining later would wait here alone."""
-    if comm.size < 2 or os.environ.get("HOROVOD_ELASTIC", "") == "1":
+    if comm.size < 2 or under_horovod_elastic():
         return
     msg = schema_disagreement(comm.allgather_floats(schema_fingerprint()), comm.rank)
     if msg is not None:
@@ -205,7 +210,7 @@ def start_watchdog(dyn: Any) -> Any:
     from dynamix_hvd.watchdog import Watchdog
 
     timeout = float(dyn.config.stall_timeout_s)
-    if timeout <= 0 or dyn.world < 2 or os.environ.get("HOROVOD_ELASTIC", "") == "1":
+    if timeout <= 0 or dyn.world < 2 or under_horovod_elastic():
         return None
     ref = weakref.ref(dyn)        # the thread must not keep the hook alive (close() at collection)
 

@@ -155,6 +155,14 @@ class LocalState:
         """This rank's flag word for the step's flags (wire.py): an early decision, a stop signal."""
         return (REACT_BIT if self.react_flag else 0) | (STOP_BIT if self.stop_signal() else 0)
 
+    def flags_read(self, react: list[int] | None, stop: list[int] | None) -> None:
+        """The step's flags of every rank (the same on all ranks): ranks asking for an early
+        decision, ranks that got a stop signal (None: none)."""
+        if react is not None:
+            self.react_ranks = react
+        if stop is not None:
+            self.stop_ranks = stop
+
     def due(self, step: int) -> bool:
         """Decide after this step? When ``next_due`` steps are done (rank 0 sets it at each
         decision: ``interval_steps`` or, with short steps, enough for ``min_decision_s``), and at
