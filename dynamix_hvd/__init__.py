@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 from dynamix_hvd._loader import NativeExtensionError, load_native
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.config import DynamixConfig
-from dynamix_hvd.errors import StopTraining
+from dynamix_hvd.errors import StepSkippedError, StopTraining
 
 
 def __getattr__(name: str):  # lazy: importing horovod.torch is slow and optional
@@ -20,4 +20,5 @@ def __getattr__(name: str):  # lazy: importing horovod.torch is slow and optiona
         return Dynamix
     raise AttributeError(name)
 
-__all__ = ["__version__", "NativeExtensionError", "load_native", "Plan", "DynamixConfig", "Dynamix", "StopTraining"]
+__all__ = ["__version__", "NativeExtensionError", "load_native", "Plan", "DynamixConfig", "Dynamix", "StepSkippedError",
+           "StopTraining"]

@@ -48,7 +48,7 @@ from dynamix_hvd.data import PlanLog, StepSlice
 from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.lr import LRScaler, lr_factor
 from dynamix_hvd.plan import Plan, PlanBounds, split_global
-from dynamix_hvd.wire import flag_slots, read_flags, set_flags
+from dynamix_hvd.wire import Flagged, flag_slots, read_flags, set_flags
 
 
 class StepFlags:
@@ -77,15 +77,14 @@ class StepFlags:
         self._handle = self.hvd.allreduce_async_(self._tensor, name="dynamix.flags",
                                                  op=self.hvd.Average if average else self.hvd.Sum)
 
-    def wait(self) -> tuple[np.ndarray | None, list[int] | None, list[int] | None]:
-        """(oom batch per rank or None, ranks asking for an early decision or None, ranks that
-        got a stop signal or None)."""
+    def wait(self) -> tuple[np.ndarray | None, Flagged]:
+        """(oom batch per rank or None, the ranks with each flag bit: wire.Flagged)."""
         if self._handle is None:
             raise RuntimeError("dynamix: the step's flags were never submitted")
         self.hvd.synchronize(self._handle)
         self._handle = None
         if not self._np.any():              # the common case: nothing to report
-            return None, None, None
+            return None, Flagged()
         return read_flags(self._np * self.world if self._averaged else self._np, self.world)
 
 

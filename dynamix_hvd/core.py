@@ -98,6 +98,7 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         self.lag_steps = 0          # steps a DataLoader generates ahead (agreed by all ranks)
         self.progress = EpochProgress(dataset_size, enabled=cfg.progress and self.rank == 0)
         self.local = LocalState(cfg, self.rank, self.world, self.sampler, params, self.progress)
+        self.local.on_unstepped = self._settle_unstepped
         self._t_start = time.perf_counter()
         self.collector = lifecycle.start_collector(cfg.collector_period_ms, self.rank) if cfg.collector else None
         self._excepthook = lifecycle.AbortOnUncaught(self.rank, self.world, self.comm.abort)
@@ -252,8 +253,19 @@ class DynamixCore(lifecycle.DeprecatedLoop):
         """After the update of a trained step: bookkeeping, the decision when due, the LR rule,
         the automatic checkpoint, the stop (a rank got a stop signal). ``t_entry``: when this
         rank's own compute of the step ended."""
+        self._after_step(*self.local.record_step(t_entry, self._reduced_grads))
+
+    def _settle_unstepped(self) -> None:
+        """The last micro-batch's step got no ``optimizer.step()`` (``LocalState.settle_unstepped``):
+        after the reduction its update was left out, and the step's own work follows as after an
+        update (decisions, checkpoint, stop: the same collectives on every rank, so the flags of
+        the next step can say whether every rank left it out); before it, StepSkippedError."""
+        self._after_step(*self.local.settle_unstepped())
+
+    def _after_step(self, sl: StepSlice, before: Plan) -> None:
+        """What follows every step, updated or left out: the decision when due, the LR rule, the
+        automatic checkpoint, the stop."""
         loc = self.local
-        sl, before = loc.record_step(t_entry, self._reduced_grads)
         step = sl.step
         if self._inflight is not None:
             if loc.react_ranks is not None:     # a rank flagged a change: decide on it now, not on older rows
@@ -443,6 +455,9 @@ class DynamixCore(lifecycle.DeprecatedLoop):
     def save(self, path: str | os.PathLike[str], **extra: Any) -> bool:
         """Rank 0 writes model, optimizer and dynamix state atomically; collective. A failed write
         follows ``checkpoint_on_error`` (lifecycle.save); True when written."""
+        cur = self.local.current
+        if cur is not None and cur[1] == self.config.accumulation - 1 and self.local.reduced():
+            self._settle_unstepped()           # its update left out after the reduction (GradScaler)
         if self.local.current is not None:
             raise DynamixError("save() in the middle of a step: call it after optimizer.step()")
         if self._inflight is not None:    # (collective, like save: the checkpoint holds its plan)

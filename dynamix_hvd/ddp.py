@@ -63,6 +63,7 @@ class Dynamix(DynamixCore):
                              flags=self._my_flags if cfg.step_flags else None)
         self._hook.register(model)
         self.local.on_new_step = self._new_step
+        self.local.reduced = lambda: self._hook.buckets > 0     # (this step's buckets went to the reduction)
         self._t_compute = 0.0
         self._handles = [optimizer.register_step_pre_hook(self._pre_step),
                          optimizer.register_step_post_hook(self._post_step)]
@@ -100,9 +101,9 @@ class Dynamix(DynamixCore):
             self._join_reduction()
         oom: np.ndarray | None = None
         if hook.flags is not None:   # (without oom_redo, react and stop_on_signal no rank ever raises a flag)
-            oom, react, stop = hook.read_flags()
-            loc.flags_read(react, stop)
-        loc.oom_batch = loc.react_flag = 0
+            oom, flagged = hook.read_flags()
+            loc.flags_read(flagged)
+        loc.clear_flags()
         # this rank's compute ended when its last bucket was ready; the rest of backward was waiting
         self._t_compute = hook.t_last if hook.buckets else t_entry
         if oom is not None and np.any(oom > 0):

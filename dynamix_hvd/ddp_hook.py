@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dynamix_hvd.wire import flag_slots, read_flags, set_flags
+from dynamix_hvd.wire import Flagged, flag_slots, read_flags, set_flags
 
 NAN = float("nan")
 
@@ -65,7 +65,7 @@ class SumHook:
         self.rank, self.world, self.group = rank, world, group
         self.scale = scale             # this rank's weight n_i/T for the step (float)
         self.on_local = on_local       # sampled-step norm capture of the weighted local bucket, or None
-        self.flags = flags             # () -> (oom batch, flag word: wire.REACT_BIT | STOP_BIT) of this rank, or None
+        self.flags = flags             # () -> (oom batch, flag word: wire.REACT_BIT | STOP_BIT | SKIP_BIT) of this rank, or None
         self.times = BucketTimes()
         self.buckets = 0               # buckets launched in this step
         self.t_last = 0.0              # when this step's last bucket was launched (local compute done)
@@ -129,9 +129,8 @@ class SumHook:
 
         return fut.then(done)
 
-    def read_flags(self) -> tuple[np.ndarray, list[int] | None, list[int] | None]:
-        """(oom batch per rank, ranks asking for an early decision or None, ranks that got a stop
-        signal or None), summed over ranks."""
+    def read_flags(self) -> tuple[np.ndarray, Flagged]:
+        """(oom batch per rank, the ranks with each flag bit: wire.Flagged), summed over ranks."""
         if not self._flags_ready or self._ext is None:
             raise RuntimeError("dynamix: the step's flags did not arrive (bucket 0 was not reduced)")
         n = self._ext.numel() - len(self._flag_np)

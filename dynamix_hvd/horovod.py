@@ -46,7 +46,7 @@ from dynamix_hvd.controllers import Controller
 from dynamix_hvd.core import DynamixCore, load_config
 from dynamix_hvd.errors import DynamixError
 from dynamix_hvd.records import WorkerStats
-from dynamix_hvd.wire import flag_ranks
+from dynamix_hvd.wire import Flagged, flag_ranks
 
 class Dynamix(DynamixCore):
     """Dynamic per-rank batch sizes for a Horovod PyTorch job. Create after ``hvd.init()``."""
@@ -86,6 +86,7 @@ class Dynamix(DynamixCore):
                                     flagged=lambda: bool(self.local.oom_batch or self.local.flag_word()))
         inner._compression = self._compression = self._weighting     # noqa: SLF001 - installed per step
         self.local.on_new_step = self._new_step
+        self.local.reduced = lambda: self._flags_read is not False   # (set once the step's gradients were reduced)
         self._averaging = False     # Horovod's op is Average (uniform step) rather than Sum
         self._flags_read: np.ndarray | None | bool = False    # this step's flags: not read yet
         self._rehook()
@@ -173,14 +174,14 @@ class Dynamix(DynamixCore):
         probe = self._weighting.probe
         if probe is not None:
             if not probe.raised():               # the same answer on every rank: a reduced value
-                loc.oom_batch = loc.react_flag = 0
+                loc.clear_flags()
                 self._flags_read = None          # the common case: no flag anywhere
                 return None
             oom = self._exchange_flags(probe)
         elif self._flags is not None:
             self._submit_flags()                 # no-op: normally sent with the last gradient
-            oom, react, stop = self._flags.wait()
-            loc.flags_read(react, stop)
+            oom, flagged = self._flags.wait()
+            loc.flags_read(flagged)
         else:
             if loc.react_flag:
                 loc.react_ranks = [self.rank]
@@ -189,7 +190,7 @@ class Dynamix(DynamixCore):
             if loc.oom_batch:
                 oom = np.zeros(self.world, dtype=np.int64)
                 oom[self.rank] = loc.oom_batch
-        loc.oom_batch = loc.react_flag = 0
+        loc.clear_flags()
         self._flags_read = oom if oom is not None and np.any(oom > 0) else None
         return self._flags_read
 
@@ -201,12 +202,12 @@ class Dynamix(DynamixCore):
         loc = self.local
         got = self.comm.allgather_floats([float(loc.oom_batch), float(loc.flag_word()), probe.local_value()])
         oom = np.rint(got[:, 0]).astype(np.int64)
-        react, stop = flag_ranks(got[:, 1])
+        flagged = flag_ranks(got[:, 1])
         if np.any(oom > 0):
-            loc.flags_read(None, stop)      # (the step is redone: no early decision on it)
+            loc.flags_read(flagged._replace(react=None))      # (the step is redone: no early decision on it)
             return oom
-        if react is not None or stop is not None:
-            loc.flags_read(react, stop)
+        if flagged != Flagged():
+            loc.flags_read(flagged)
             probe.restore(got[:, 2], self._averaging)
         return None     # no flag: the gradient itself is not finite, as the user's model made it
 

@@ -15,13 +15,13 @@ import torch
 from dynamix_hvd.apply import rescale_accumulated
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.data import ExactOnceSampler, StepSlice, micro_batches
-from dynamix_hvd.errors import DynamixError
+from dynamix_hvd.errors import DynamixError, StepSkippedError
 from dynamix_hvd.measure import GradNoise, StepMeter
 from dynamix_hvd.observe import EpochProgress
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.react import ChangeDetector
 from dynamix_hvd.records import WorkerStats
-from dynamix_hvd.wire import REACT_BIT, STOP_BIT
+from dynamix_hvd.wire import REACT_BIT, SKIP_BIT, STOP_BIT, Flagged
 
 
 class LocalState:
@@ -46,11 +46,14 @@ class LocalState:
         self.react_ranks: list[int] | None = None   # ranks that flagged, known to all: decide early
         self.stop_signal: Callable[[], int] = lambda: 0   # the stop signal this rank got (lifecycle.StopOnSignal)
         self.stop_ranks: list[int] | None = None    # ranks that got one, known to all: checkpoint and stop
+        self.skip_flag = 0          # this rank left out its last step's update after the reduction; sent next step
+        self.reduced: Callable[[], bool] = lambda: False   # (engine) did this step's gradients go to the reduction?
         self.next_due = config.first_due()  # regular decision after this many steps
         self.warm = True            # the next full step is a warm-up (first of the job or after a restore): not measured
         self.interval_start = self.consumed["step"]   # first step of the current decision interval
         self.redo = False           # the last step ran out of memory somewhere and is redone
         self.on_new_step: Callable[[], None] = lambda: None   # (resets the hook's per-step counter)
+        self.on_unstepped: Callable[[], None] = lambda: None  # (core: settle a step left without optimizer.step())
         self.step_plan: Plan = sampler.plans.latest   # set on the last micro-batch of each step
         self.step_full = False
 
@@ -83,6 +86,9 @@ class LocalState:
         """The user takes the next micro-batch: its weight, and on the last micro-batch of a step
         the plan it runs under, whether it is full and uniform, and whether this step's gradient
         statistics are sampled; then (first micro-batch) ``on_new_step``."""
+        prev = self.current
+        if prev is not None and prev[1] == self.config.accumulation - 1:
+            self.on_unstepped()     # the step's update was left out (core: settled, or StepSkippedError)
         cur = self.current = self.pending.popleft()
         sl, j, n = cur
         w = n / sl.total
@@ -145,23 +151,67 @@ class LocalState:
             self.gns.finish(sl.total, sl.sizes[self.rank], reduced() if reduced is not None else None)
         if self.progress.enabled:
             self.progress.update(sl.epoch, sl.end, sl.total, sl.sizes)
+        self._consume(sl)
+        return sl, before
+
+    def _consume(self, sl: StepSlice) -> None:
         epoch_end = sl.end >= self.sampler.dataset_size
         self.consumed = {"epoch": sl.epoch + (1 if epoch_end else 0), "cursor": 0 if epoch_end else sl.end,
                          "step": sl.step + 1}
         self.current = None
-        return sl, before
+
+    def settle_unstepped(self) -> tuple[StepSlice, Plan]:
+        """The step's last micro-batch was taken and ``optimizer.step()`` was not called for it
+        (the next batch is being taken, or a checkpoint written). After the reduction of its
+        gradients that is an update left out on purpose, e.g. ``torch.amp.GradScaler`` on an
+        overflow, which decides from the reduced gradients and so the same on every rank: the
+        step's samples count as consumed and the next step's flags tell whether every rank left
+        it out. Without the reduction this rank alone skipped a step the other ranks are
+        reducing: ``StepSkippedError`` (at one rank nothing can go out of step)."""
+        sl = self.current[0]  # type: ignore[index]
+        if self.world > 1 and not self.reduced():
+            raise StepSkippedError(
+                f"dynamix: rank {self.rank} of {self.world} took its next batch without calling optimizer.step() "
+                f"for the batch of step {sl.step}. Every rank must call optimizer.step() once for every batch it "
+                "takes from dyn.batches() / dyn.loader(): the other ranks are reducing step "
+                f"{sl.step}'s gradients, and a rank that leaves a step out trains every later step against the "
+                "others' next one (misaligned gradients and plans; the job hangs or fails at its end). "
+                "A loss that is not finite on this rank: run loss.backward() and optimizer.step() all the same "
+                "(the reduced gradient is then not finite on every rank, and every rank can leave that update "
+                "out alike, as torch.amp.GradScaler does); an out-of-memory error caught in forward or "
+                "backward: dyn.report(oom=True), then optimizer.step()")
+        self.gns.cancel()
+        self.skip_flag = 1 if self.world > 1 else 0
+        self._consume(sl)
+        return sl, self.step_plan
 
     def flag_word(self) -> int:
-        """This rank's flag word for the step's flags (wire.py): an early decision, a stop signal."""
-        return (REACT_BIT if self.react_flag else 0) | (STOP_BIT if self.stop_signal() else 0)
+        """This rank's flag word for the step's flags (wire.py): an early decision, a stop
+        signal, the previous step's update left out."""
+        return ((REACT_BIT if self.react_flag else 0) | (STOP_BIT if self.stop_signal() else 0)
+                | (SKIP_BIT if self.skip_flag else 0))
 
-    def flags_read(self, react: list[int] | None, stop: list[int] | None) -> None:
+    def flags_read(self, flagged: Flagged) -> None:
         """The step's flags of every rank (the same on all ranks): ranks asking for an early
-        decision, ranks that got a stop signal (None: none)."""
-        if react is not None:
-            self.react_ranks = react
-        if stop is not None:
-            self.stop_ranks = stop
+        decision, ranks that got a stop signal, ranks that left out the previous step's update
+        (all of them, or ``StepSkippedError`` on every rank: the models would differ)."""
+        if flagged.react is not None:
+            self.react_ranks = flagged.react
+        if flagged.stop is not None:
+            self.stop_ranks = flagged.stop
+        skipped = flagged.skipped
+        if skipped is not None and len(skipped) < self.world:
+            step = self.consumed["step"] - 1
+            applied = sorted(set(range(self.world)) - set(skipped))
+            raise StepSkippedError(
+                f"dynamix: rank(s) {skipped} left out the update of step {step} (no optimizer.step() after its "
+                f"gradients were reduced) while rank(s) {applied} applied it: the ranks' models differ from "
+                "here on. Leave an update out on every rank or on none, deciding from the reduced gradients, "
+                "which are the same on every rank (as torch.amp.GradScaler does on an overflow)")
+
+    def clear_flags(self) -> None:
+        """This rank's flags went out with the step's (or there is nowhere to send them)."""
+        self.oom_batch = self.react_flag = self.skip_flag = 0
 
     def due(self, step: int) -> bool:
         """Decide after this step? When ``next_due`` steps are done (rank 0 sets it at each
@@ -211,7 +261,7 @@ class LocalState:
         self.gns.reset_interval()
         if self.detector is not None:
             self.detector.reset()
-        self.react_flag = self.oom_batch = 0
+        self.react_flag = self.oom_batch = self.skip_flag = 0
         self.react_ranks = None
         self.next_due = self.config.first_due(self.consumed["step"])
         self.warm = True

@@ -9,9 +9,11 @@ Plan:  [version, start_step, world_size, next_due, b_0, ..., b_{N-1}]   (int64; 
        step count after which the next regular decision is taken)
 Flags: [oom batch of rank 0..N-1, flag word of rank 0..N-1]   (float32, summed: each rank writes
        only its own slots, so the sum is everyone's values; a word's bits: REACT_BIT an early
-       decision, STOP_BIT a stop signal)
+       decision, STOP_BIT a stop signal, SKIP_BIT the previous step's update left out)
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,8 +54,16 @@ def flag_slots(world: int) -> int:
     return 2 * world
 
 
-# a rank's second slot is a word of bits: its detector saw a change (decide early), it got a stop signal
-REACT_BIT, STOP_BIT = 1, 2
+# a rank's second slot is a word of bits: its detector saw a change (decide early), it got a stop
+# signal, it skipped the update of its previous step after that step's gradients were reduced
+REACT_BIT, STOP_BIT, SKIP_BIT = 1, 2, 4
+
+
+class Flagged(NamedTuple):
+    """Ranks whose flag word has each bit (None: no rank), the same on every rank."""
+    react: list[int] | None = None     # REACT_BIT: decide early
+    stop: list[int] | None = None      # STOP_BIT: checkpoint and stop after this step
+    skipped: list[int] | None = None   # SKIP_BIT: left out the previous step's update
 
 
 def set_flags(buf: np.ndarray, rank: int, world: int, oom_batch: int, word: int) -> None:
@@ -63,15 +73,18 @@ def set_flags(buf: np.ndarray, rank: int, world: int, oom_batch: int, word: int)
     buf[world + rank] = float(word)
 
 
-def flag_ranks(words: np.ndarray) -> tuple[list[int] | None, list[int] | None]:
-    """(ranks whose word has REACT_BIT, ranks whose word has STOP_BIT), each None when empty."""
+def _ranks(bits: np.ndarray) -> list[int] | None:
+    got = np.flatnonzero(bits)
+    return got.tolist() if got.size else None
+
+
+def flag_ranks(words: np.ndarray) -> Flagged:
+    """Every rank's flag word -> the ranks with each bit."""
     w = np.rint(np.asarray(words, dtype=np.float64)).astype(np.int64)
-    react, stop = np.flatnonzero(w & REACT_BIT), np.flatnonzero(w & STOP_BIT)
-    return (react.tolist() if react.size else None), (stop.tolist() if stop.size else None)
+    return Flagged(_ranks(w & REACT_BIT), _ranks(w & STOP_BIT), _ranks(w & SKIP_BIT))
 
 
-def read_flags(buf: np.ndarray, world: int) -> tuple[np.ndarray, list[int] | None, list[int] | None]:
-    """(oom batch per rank, ranks that flagged an early decision or None, ranks that got a stop
-    signal or None) from the summed buffer."""
+def read_flags(buf: np.ndarray, world: int) -> tuple[np.ndarray, Flagged]:
+    """(oom batch per rank, the ranks with each flag bit) from the summed buffer."""
     oom = np.rint(buf[:world]).astype(np.int64)
-    return (oom, *flag_ranks(buf[world:2 * world]))
+    return oom, flag_ranks(buf[world:2 * world])

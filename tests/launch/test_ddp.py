@@ -185,3 +185,44 @@ def test_bench_engine_ddp_over_namespaces(tmp_path):
     assert static["decisions"] == 0
     assert oracle["balance_efficiency"] > static["balance_efficiency"]
     assert "torch.distributed.run" in (out / "oracle" / "command.txt").read_text()
+
+
+def test_a_rank_that_leaves_a_step_out_ends_the_job_naming_it():
+    """Rank 1 takes the batch of step 7 and goes on to the next one without backward or step (a
+    ``continue`` on a loss that is not finite, say). Before the check the job hung (rank 0 waited in
+    DDP's allreduce for a rank a step behind; the watchdog sees both alive): killed after 300 s. Now
+    rank 1 raises StepSkippedError as it takes the next batch, and the job ends."""
+    from faultrun import run_job
+
+    env = {**job_env(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", JOB, "--mode", "train",
+           "--epochs", "2", "--die-at-step", "7", "--die-mode", "skip"]
+    res = run_job(cmd, env, timeout=120, cwd=str(REPO))
+    assert res.returncode is not None, "the job hung:\n" + res.out[-3000:]
+    assert res.returncode != 0 and "FINISHED" not in res.out
+    assert ("StepSkippedError: dynamix: rank 1 of 2 took its next batch without calling optimizer.step() for the "
+            "batch of step 7") in res.out, res.out[-3000:]
+    took = res.end_after_fault_s
+    print(f"\nddp engine, rank 1 left step 7 out: job ended {took:.1f} s after")
+    assert took < 30, took
+
+
+@pytest.mark.parametrize("who", ["every rank", "rank 1"])
+def test_an_update_left_out_after_the_reduction(tmp_path, who):
+    """After backward (DDP reduced the step's gradients) the update of step 7 is left out, as
+    torch.amp.GradScaler does on an overflow. By every rank: the job trains on, every index of the
+    epoch exactly once (the step's samples count as consumed). By rank 1 alone: the models would
+    differ from there on; every rank raises StepSkippedError at the next step."""
+    log = tmp_path / "seen"
+    proc = torchrun(2, "--mode", "train", "--samples", "2000", "--die-at-step", "7", "--die-mode", "skip-update",
+                    "--die-rank", "-1" if who == "every rank" else "1", "--seen-log", str(log), check=False,
+                    timeout=120)
+    out = proc.stdout + proc.stderr
+    if who == "every rank":
+        assert proc.returncode == 0 and "FINISHED" in proc.stdout, out[-3000:]
+        assert sorted(i for _, _, i in seen(log)) == list(range(2000))
+        return
+    assert proc.returncode != 0 and "FINISHED" not in proc.stdout
+    for rank in (0, 1):
+        assert (f"dynamix: rank {rank} of 2 failed with StepSkippedError: dynamix: rank(s) [1] left out the update "
+                "of step 7") in out, out[-3000:]

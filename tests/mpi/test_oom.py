@@ -82,13 +82,14 @@ def test_step_flags_read_exactly_with_the_gradients_op(comm, average):
     """The flags are reduced with the step's gradient op (Average on a uniform step, so Horovod
     fuses them into the gradients' allreduce); every rank reads every rank's exact values."""
     from dynamix_hvd.apply import StepFlags
+    from dynamix_hvd.wire import REACT_BIT, SKIP_BIT, STOP_BIT, Flagged
 
     rank, world = comm.Get_rank(), comm.Get_size()
     flags = StepFlags(hvd, rank, world)
-    flags.submit(oom_batch=37 + rank if rank == world - 1 else 0, word=int(rank == 0) | (2 if rank == world - 1 else 0),
-                 average=average)
-    oom, react, stop = flags.wait()
+    word = (REACT_BIT if rank == 0 else 0) | (STOP_BIT | SKIP_BIT if rank == world - 1 else 0)
+    flags.submit(oom_batch=37 + rank if rank == world - 1 else 0, word=word, average=average)
+    oom, (react, stop, skipped) = flags.wait()
     assert oom is not None and oom.tolist() == [0] * (world - 1) + [37 + world - 1]
-    assert react == [0] and stop == [world - 1]
+    assert react == [0] and stop == [world - 1] and skipped == [world - 1]
     flags.submit(oom_batch=0, word=0, average=average)
-    assert flags.wait() == (None, None, None)
+    assert flags.wait() == (None, Flagged())

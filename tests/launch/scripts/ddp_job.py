@@ -113,14 +113,19 @@ def train_mode(args: argparse.Namespace) -> None:
     # one log per rank and attempt: SEEN.<rank> on the first, SEEN.r<restart>.<rank> after torchrun restarts
     name = f"{args.seen_log}.{rank}" if restarts == 0 else f"{args.seen_log}.r{restarts}.{rank}"
     log = open(name, "a") if args.seen_log else None  # noqa: SIM115
+    skipped = False
     for epoch in range(dyn.epoch, args.epochs):
         for idx in dyn.batches(epoch):
             step = dyn.step_count
-            if step == args.die_at_step and rank == args.die_rank and restarts == 0:
-                if args.die_mode == "raise":
-                    print(f"FAULT-AT {time.time():.3f}", flush=True)
-                    raise RuntimeError("injected failure in the training loop")
+            fault = step == args.die_at_step and args.die_rank in (rank, -1) and restarts == 0 and not skipped
+            if fault and args.die_mode == "skip":       # the batch taken, then the next one: no backward, no step
+                skipped = True
                 print(f"FAULT-AT {time.time():.3f}", flush=True)
+                continue
+            if fault and args.die_mode in ("raise", "sigkill", "sigstop"):
+                print(f"FAULT-AT {time.time():.3f}", flush=True)
+                if args.die_mode == "raise":
+                    raise RuntimeError("injected failure in the training loop")
                 os.kill(os.getpid(), 19 if args.die_mode == "sigstop" else 9)
             loss = F.cross_entropy(model(x[idx]), y[idx])
             opt.zero_grad()
@@ -128,6 +133,10 @@ def train_mode(args: argparse.Namespace) -> None:
             if log:     # (before the step: a stop signal ends the loop inside opt.step(), after the update)
                 log.write("".join(f"{epoch} {step} {i}\n" for i in idx.tolist()))
                 log.flush()
+            if fault and args.die_mode == "skip-update":    # after the reduction (GradScaler on an overflow)
+                skipped = True
+                print(f"FAULT-AT {time.time():.3f}", flush=True)
+                continue
             opt.step()
             dyn.report(loss=loss)
             if args.checkpoint and args.checkpoint_every and dyn.step_count % args.checkpoint_every == 0:
@@ -153,8 +162,8 @@ def main() -> None:
     p.add_argument("--resume", action="store_true", help="resume from --checkpoint when it exists")
     p.add_argument("--seen-log", default=None, help="append 'epoch step index' lines per rank")
     p.add_argument("--die-at-step", type=int, default=-1, help="on the first attempt only (no torchrun restart yet)")
-    p.add_argument("--die-rank", type=int, default=1)
-    p.add_argument("--die-mode", choices=("sigkill", "sigstop", "raise"), default="sigkill")
+    p.add_argument("--die-rank", type=int, default=1, help="-1: every rank (skip-update)")
+    p.add_argument("--die-mode", choices=("sigkill", "sigstop", "raise", "skip", "skip-update"), default="sigkill")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (fault timing tests)")
     args = p.parse_args()
     torch.set_num_threads(1)

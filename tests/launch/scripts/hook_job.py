@@ -34,6 +34,7 @@ def main() -> None:
     p.add_argument("--allow-resize", action="store_true", help="resume a checkpoint of another world size")
     p.add_argument("--seen-log", default=None, help="append 'step index' lines per rank")
     p.add_argument("--die-at-step", type=int, default=-1, help="rank 1 SIGKILLs itself there")
+    p.add_argument("--skip-at-step", type=int, default=-1, help="rank 1 takes that step's batch and skips it")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (signal tests)")
     args = p.parse_args()
 
@@ -48,11 +49,16 @@ def main() -> None:
     if args.checkpoint and os.path.exists(args.checkpoint):
         dyn.load(args.checkpoint, allow_resize=args.allow_resize)
     log = open(f"{args.seen_log}.{hvd.rank()}", "a") if args.seen_log else None  # noqa: SIM115
+    skipped = False
     for epoch in range(dyn.epoch, args.epochs):
         for idx in dyn.batches(epoch):
             step = dyn.step_count
             if step == args.die_at_step and hvd.rank() == 1:
                 os.kill(os.getpid(), 9)
+            if step == args.skip_at_step and hvd.rank() == 1 and not skipped:
+                skipped = True
+                print(f"FAULT-AT {time.time():.3f}", flush=True)
+                continue    # (a fault: no optimizer.step() for a batch taken)
             loss = F.cross_entropy(model(x[idx]), y[idx])
             optimizer.zero_grad()
             loss.backward()
