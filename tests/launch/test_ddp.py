@@ -207,6 +207,20 @@ def test_a_rank_that_leaves_a_step_out_ends_the_job_naming_it():
     assert took < 30, took
 
 
+def test_torch_grad_scaler_leaving_out_overflowed_updates(tmp_path):
+    """The real torch.amp.GradScaler (``scaler.step(optimizer)`` after backward), started at a scale
+    that overflows: it leaves out updates on every rank alike and the job trains on, every index
+    of the epoch exactly once."""
+    log = tmp_path / "seen"
+    proc = torchrun(2, "--mode", "train", "--samples", "2000", "--grad-scaler", "--seen-log", str(log),
+                    check=False, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    m = re.search(r"FINISHED steps (\d+) left out (\d+)", proc.stdout)
+    assert m and int(m.group(2)) >= 1, out[-3000:]
+    assert sorted(i for _, _, i in seen(log)) == list(range(2000))
+
+
 @pytest.mark.parametrize("who", ["every rank", "rank 1"])
 def test_an_update_left_out_after_the_reduction(tmp_path, who):
     """After backward (DDP reduced the step's gradients) the update of step 7 is left out, as

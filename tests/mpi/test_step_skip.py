@@ -145,3 +145,38 @@ def test_a_rank_that_takes_its_next_batch_without_stepping_is_stopped_there(comm
     if world > 1:
         assert comm.allgather(dyn.step_count) == [SKIP + 1] * world
     dyn.close()
+
+
+@pytest.mark.parametrize("transport", ["probe", "tensor"])
+def test_torch_grad_scaler_leaving_out_overflowed_updates(comm, transport):
+    """The real ``torch.amp.GradScaler`` in Horovod's documented pattern (``synchronize()``,
+    ``unscale_``, ``step`` inside ``skip_synchronize()``), started at a scale that overflows: it
+    leaves out the first update(s) on every rank (the reduced gradients are the same everywhere),
+    and the job trains on: no StepSkippedError, every sample of the epoch exactly once, the same
+    model on every rank, every step counted."""
+    rank, world = comm.Get_rank(), comm.Get_size()
+    dyn, x, y = _build(transport)
+    opt = dyn.optimizer
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
+    seen: list[int] = []
+    scales: list[float] = []
+    for idx in dyn.batches(0):
+        seen.extend(torch.as_tensor(idx).tolist())
+        opt.zero_grad()
+        scaler.scale(F.cross_entropy(dyn.model(x[idx]), y[idx], reduction="sum")).backward()
+        opt.synchronize()
+        scaler.unscale_(opt)
+        with opt.skip_synchronize():
+            scaler.step(opt)
+        scales.append(scaler.get_scale())
+        scaler.update()
+    steps = dyn.step_count
+    dyn.close()
+    left_out = sum(1 for a, b in zip(scales, scales[1:] + [scaler.get_scale()]) if b < a)
+    assert left_out >= 1, scales[:5]                # the overflow happened: some update was left out
+    assert comm.allgather(left_out) == [left_out] * world
+    assert steps == len(scales)                     # every step counted, the left-out ones too
+    every = [i for part in comm.allgather(seen) for i in part]
+    assert sorted(every) == list(range(800))
+    sums = comm.allgather(float(_flat(dyn.model).sum()))
+    assert sums == [sums[0]] * world and np.isfinite(sums[0])

@@ -114,6 +114,8 @@ def train_mode(args: argparse.Namespace) -> None:
     name = f"{args.seen_log}.{rank}" if restarts == 0 else f"{args.seen_log}.r{restarts}.{rank}"
     log = open(name, "a") if args.seen_log else None  # noqa: SIM115
     skipped = False
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127) if args.grad_scaler else None   # overflows first
+    left_out = 0
     for epoch in range(dyn.epoch, args.epochs):
         for idx in dyn.batches(epoch):
             step = dyn.step_count
@@ -127,9 +129,9 @@ def train_mode(args: argparse.Namespace) -> None:
                 if args.die_mode == "raise":
                     raise RuntimeError("injected failure in the training loop")
                 os.kill(os.getpid(), 19 if args.die_mode == "sigstop" else 9)
-            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss = F.cross_entropy(model(x[idx]), y[idx], reduction="sum" if scaler else "mean")
             opt.zero_grad()
-            loss.backward()
+            (scaler.scale(loss) if scaler else loss).backward()
             if log:     # (before the step: a stop signal ends the loop inside opt.step(), after the update)
                 log.write("".join(f"{epoch} {step} {i}\n" for i in idx.tolist()))
                 log.flush()
@@ -137,14 +139,20 @@ def train_mode(args: argparse.Namespace) -> None:
                 skipped = True
                 print(f"FAULT-AT {time.time():.3f}", flush=True)
                 continue
-            opt.step()
+            if scaler:      # leaves out the update when the reduced gradients overflowed (every rank alike)
+                scale = scaler.get_scale()
+                scaler.step(opt)
+                scaler.update()
+                left_out += scaler.get_scale() < scale
+            else:
+                opt.step()
             dyn.report(loss=loss)
             if args.checkpoint and args.checkpoint_every and dyn.step_count % args.checkpoint_every == 0:
                 dyn.save(args.checkpoint)
             if args.sleep:
                 time.sleep(args.sleep)
     if rank == 0:
-        print(f"FINISHED steps {dyn.step_count} plan {list(dyn.plan.batch_sizes)} restarts {restarts} imported "
+        print(f"FINISHED steps {dyn.step_count} left out {left_out} plan {list(dyn.plan.batch_sizes)} restarts {restarts} imported "
               f"horovod={'horovod' in sys.modules} mpi4py={'mpi4py' in sys.modules}", flush=True)
     dyn.close()
 
@@ -165,6 +173,7 @@ def main() -> None:
     p.add_argument("--die-rank", type=int, default=1, help="-1: every rank (skip-update)")
     p.add_argument("--die-mode", choices=("sigkill", "sigstop", "raise", "skip", "skip-update"), default="sigkill")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (fault timing tests)")
+    p.add_argument("--grad-scaler", action="store_true", help="torch.amp.GradScaler, started where it overflows")
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
