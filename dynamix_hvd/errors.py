@@ -18,9 +18,10 @@ class OutOfMemoryError(RuntimeError):
 class StepSkippedError(DynamixError):
     """The ranks stopped training the same step: a rank took its next batch without calling
     ``optimizer.step()`` for the one before and without its gradients having been reduced (it
-    would train every later step against the other ranks' next one), or some ranks but not all
-    left out an update after the reduction (their models would differ). Raised at once, on the
-    rank that skipped or on every rank, instead of a job that hangs or fails at its end."""
+    would train every later step against the other ranks' next one), some ranks but not all
+    left out an update after the reduction (their models would differ), or some ranks but not
+    all began an epoch (the others' data would differ). Raised at once, on the rank that skipped
+    or on every rank, instead of a job that hangs or fails at its end."""
 
 
 STOP_EXIT_CODE = 75     # os.EX_TEMPFAIL: a temporary failure, run the job again (it resumes)

@@ -21,7 +21,7 @@ from dynamix_hvd.observe import EpochProgress
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.react import ChangeDetector
 from dynamix_hvd.records import WorkerStats
-from dynamix_hvd.wire import REACT_BIT, SKIP_BIT, STOP_BIT, Flagged
+from dynamix_hvd.wire import EPOCH_BIT, REACT_BIT, SKIP_BIT, STOP_BIT, Flagged
 
 
 class LocalState:
@@ -187,18 +187,29 @@ class LocalState:
 
     def flag_word(self) -> int:
         """This rank's flag word for the step's flags (wire.py): an early decision, a stop
-        signal, the previous step's update left out."""
+        signal, the previous step's update left out, the first step of an epoch."""
+        cur = self.current
         return ((REACT_BIT if self.react_flag else 0) | (STOP_BIT if self.stop_signal() else 0)
-                | (SKIP_BIT if self.skip_flag else 0))
+                | (SKIP_BIT if self.skip_flag else 0) | (EPOCH_BIT if cur is not None and cur[0][2] == 0 else 0))
 
     def flags_read(self, flagged: Flagged) -> None:
         """The step's flags of every rank (the same on all ranks): ranks asking for an early
-        decision, ranks that got a stop signal, ranks that left out the previous step's update
-        (all of them, or ``StepSkippedError`` on every rank: the models would differ)."""
+        decision, ranks that got a stop signal; ranks that left out the previous step's update
+        and ranks beginning an epoch (all of them, or ``StepSkippedError`` on every rank: the
+        models, or the data, would differ)."""
         if flagged.react is not None:
             self.react_ranks = flagged.react
         if flagged.stop is not None:
             self.stop_ranks = flagged.stop
+        started = flagged.new_epoch
+        if started is not None and len(started) < self.world:
+            inside = sorted(set(range(self.world)) - set(started))
+            raise StepSkippedError(
+                f"dynamix: rank(s) {started} began an epoch at step {self.consumed['step']} while rank(s) {inside} "
+                "are in the middle of one: some rank left its epoch early (a break out of the batches on some "
+                "ranks only, a time or step budget counted per rank), and from here on the ranks would train "
+                "different samples and end the job a different number of steps apart. Take every batch of "
+                "an epoch on every rank, or leave the epoch after the same step on every rank")
         skipped = flagged.skipped
         if skipped is not None and len(skipped) < self.world:
             step = self.consumed["step"] - 1

@@ -9,7 +9,8 @@ Plan:  [version, start_step, world_size, next_due, b_0, ..., b_{N-1}]   (int64; 
        step count after which the next regular decision is taken)
 Flags: [oom batch of rank 0..N-1, flag word of rank 0..N-1]   (float32, summed: each rank writes
        only its own slots, so the sum is everyone's values; a word's bits: REACT_BIT an early
-       decision, STOP_BIT a stop signal, SKIP_BIT the previous step's update left out)
+       decision, STOP_BIT a stop signal, SKIP_BIT the previous step's update left out, EPOCH_BIT
+       the first step of an epoch)
 """
 from __future__ import annotations
 
@@ -55,8 +56,9 @@ def flag_slots(world: int) -> int:
 
 
 # a rank's second slot is a word of bits: its detector saw a change (decide early), it got a stop
-# signal, it skipped the update of its previous step after that step's gradients were reduced
-REACT_BIT, STOP_BIT, SKIP_BIT = 1, 2, 4
+# signal, it skipped the update of its previous step after that step's gradients were reduced, this
+# step is the first of an epoch for it (all ranks or none, or some left their epoch early)
+REACT_BIT, STOP_BIT, SKIP_BIT, EPOCH_BIT = 1, 2, 4, 8
 
 
 class Flagged(NamedTuple):
@@ -64,6 +66,7 @@ class Flagged(NamedTuple):
     react: list[int] | None = None     # REACT_BIT: decide early
     stop: list[int] | None = None      # STOP_BIT: checkpoint and stop after this step
     skipped: list[int] | None = None   # SKIP_BIT: left out the previous step's update
+    new_epoch: list[int] | None = None  # EPOCH_BIT: this step begins an epoch
 
 
 def set_flags(buf: np.ndarray, rank: int, world: int, oom_batch: int, word: int) -> None:
@@ -81,7 +84,7 @@ def _ranks(bits: np.ndarray) -> list[int] | None:
 def flag_ranks(words: np.ndarray) -> Flagged:
     """Every rank's flag word -> the ranks with each bit."""
     w = np.rint(np.asarray(words, dtype=np.float64)).astype(np.int64)
-    return Flagged(_ranks(w & REACT_BIT), _ranks(w & STOP_BIT), _ranks(w & SKIP_BIT))
+    return Flagged(_ranks(w & REACT_BIT), _ranks(w & STOP_BIT), _ranks(w & SKIP_BIT), _ranks(w & EPOCH_BIT))
 
 
 def read_flags(buf: np.ndarray, world: int) -> tuple[np.ndarray, Flagged]:

@@ -165,25 +165,34 @@ def test_a_rank_with_other_settings_ends_the_job_naming_them(have_mpirun, launch
     print(f"\n{launcher}: rank 1 with decision_lag 0: job ended {res.t_end - t0:.1f} s after launch")
 
 
+@pytest.mark.parametrize("fault", ["skip", "break"])
 @pytest.mark.parametrize("controller", ["static", "goodput"])
-def test_a_rank_that_leaves_a_step_out_ends_the_job_naming_it(have_mpirun, controller):
+def test_a_rank_that_leaves_a_step_out_ends_the_job_naming_it(have_mpirun, controller, fault):
     """Rank 1 takes the batch of step 7 and goes on to the next one without optimizer.step() (a
     ``continue`` on a loss that is not finite, say). Before the check, the static job trained every
     later step a step out of line with the other rank and failed at its end ("Horovod has been shut
     down", after the whole job); the goodput job hung (the watchdog sees every rank alive). Now rank 1
-    raises StepSkippedError as it takes the next batch, and the job ends."""
+    raises StepSkippedError as it takes the next batch, and the job ends. ``break``: rank 1 alone
+    leaves epoch 0 after step 50 and begins epoch 1 (a time budget counted per rank, say); before,
+    both jobs hung (killed after 90 s); now every rank raises StepSkippedError in the step that
+    begins the epoch on rank 1 only."""
     from conftest import job_env
     from faultrun import run_job
 
+    how = ["--skip-at-step", "7"] if fault == "skip" else ["--break-at-step", "50"]
     cmd = [*MPIRUN, "-np", "2", sys.executable, str(REPO / "tests" / "launch" / "scripts" / "hook_job.py"),
-           "--skip-at-step", "7", "--epochs", "2", "--controller", controller]
+           *how, "--epochs", "2", "--controller", controller]
     res = run_job(cmd, job_env(), timeout=120, cwd=str(REPO))
     assert res.returncode is not None, "the job hung:\n" + res.out[-3000:]
     assert res.returncode != 0 and "final test accuracy" not in res.out
-    assert ("dynamix: rank 1 of 2 failed with StepSkippedError: dynamix: rank 1 of 2 took its next batch without "
-            "calling optimizer.step() for the batch of step 7") in res.out, res.out[-3000:]
+    if fault == "skip":
+        assert ("dynamix: rank 1 of 2 failed with StepSkippedError: dynamix: rank 1 of 2 took its next batch without "
+                "calling optimizer.step() for the batch of step 7") in res.out, res.out[-3000:]
+    else:
+        assert ("failed with StepSkippedError: dynamix: rank(s) [1] began an epoch at step 51 while rank(s) [0] are "
+                "in the middle of one") in res.out, res.out[-3000:]
     m = re.search(r"FAULT-AT ([0-9.]+)", res.out)
     assert m, res.out[-3000:]
     elapsed = res.t_end - float(m.group(1))
-    assert elapsed < 30, f"job took {elapsed:.1f}s to end after the step left out"
-    print(f"\n{controller}: rank 1 left step 7 out: job ended {elapsed:.1f} s after")
+    assert elapsed < 30, f"job took {elapsed:.1f}s to end after the fault"
+    print(f"\n{controller}, {fault}: job ended {elapsed:.1f} s after the fault")

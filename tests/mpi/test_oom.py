@@ -88,8 +88,8 @@ def test_step_flags_read_exactly_with_the_gradients_op(comm, average):
     flags = StepFlags(hvd, rank, world)
     word = (REACT_BIT if rank == 0 else 0) | (STOP_BIT | SKIP_BIT if rank == world - 1 else 0)
     flags.submit(oom_batch=37 + rank if rank == world - 1 else 0, word=word, average=average)
-    oom, (react, stop, skipped) = flags.wait()
+    oom, flagged = flags.wait()
     assert oom is not None and oom.tolist() == [0] * (world - 1) + [37 + world - 1]
-    assert react == [0] and stop == [world - 1] and skipped == [world - 1]
+    assert flagged == Flagged(react=[0], stop=[world - 1], skipped=[world - 1])
     flags.submit(oom_batch=0, word=0, average=average)
     assert flags.wait() == (None, Flagged())

@@ -180,3 +180,36 @@ def test_torch_grad_scaler_leaving_out_overflowed_updates(comm, transport):
     assert sorted(every) == list(range(800))
     sums = comm.allgather(float(_flat(dyn.model).sum()))
     assert sums == [sums[0]] * world and np.isfinite(sums[0])
+
+
+@pytest.mark.parametrize("transport", ["probe", "tensor"])
+@pytest.mark.parametrize("who", ["every rank", "last rank"])
+def test_an_epoch_left_early(comm, transport, who):
+    """After step SKIP the ranks leave epoch 0 and begin epoch 1. Every rank alike (a step
+    budget per epoch): training goes on. The last rank alone (a budget counted per rank): the
+    ranks would train different samples and end the job apart; every rank raises
+    StepSkippedError in the step that begins the epoch on some of them (at one rank: nothing)."""
+    rank, world = comm.Get_rank(), comm.Get_size()
+    dyn, x, y = _build(transport)
+    leaves = who == "every rank" or rank == world - 1
+    raised = None
+    trained = 0
+    try:
+        for epoch in (0, 1):
+            for k, idx in enumerate(dyn.batches(epoch)):
+                F.cross_entropy(dyn.model(x[idx]), y[idx]).backward()
+                dyn.optimizer.step()
+                dyn.optimizer.zero_grad()
+                trained += 1
+                if (epoch == 0 and k == SKIP and leaves) or (epoch == 1 and k == 3):
+                    break
+    except StepSkippedError as e:
+        raised = str(e)
+    dyn.close()
+    if who == "every rank" or world == 1:
+        assert raised is None
+        assert comm.allgather(trained) == [trained] * world and trained >= SKIP + 5
+        return
+    assert raised is not None and (f"rank(s) [{world - 1}] began an epoch at step {SKIP + 1} while rank(s) "
+                                   f"{list(range(world - 1))} are in the middle of one") in raised, raised
+    assert comm.allgather(trained) == [SKIP + 1] * world      # every rank stopped in that step

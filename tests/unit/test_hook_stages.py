@@ -22,7 +22,7 @@ from dynamix_hvd.plan import Plan, PlanBounds
 from dynamix_hvd.records import GlobalStats, WorkerStats
 from dynamix_hvd.runlog import EventsWriter, read_decisions
 from dynamix_hvd.stats import gns_step_estimates
-from dynamix_hvd.wire import (REACT_BIT, SKIP_BIT, STOP_BIT, Flagged, decode_plan, decode_rows, encode_plan,
+from dynamix_hvd.wire import (EPOCH_BIT, REACT_BIT, SKIP_BIT, STOP_BIT, Flagged, decode_plan, decode_rows, encode_plan,
                               encode_row, plan_buffer, read_flags, set_flags)
 
 
@@ -214,12 +214,12 @@ def test_wire_round_trips():
     assert [w.rank for w in ws] == [0, 1, 2] and list(extra[:, 0]) == [0.0, 1.5, 3.0]
     assert list(extra[:, 1]) == [2.0, 3.0, 4.0]
     total = np.zeros(6)
-    for r, (oom, word) in enumerate([(0, STOP_BIT), (12, SKIP_BIT), (0, REACT_BIT | STOP_BIT | SKIP_BIT)]):
+    for r, (oom, word) in enumerate([(0, STOP_BIT | EPOCH_BIT), (12, SKIP_BIT), (0, REACT_BIT | STOP_BIT | SKIP_BIT)]):
         buf = np.zeros(6)
         set_flags(buf, r, 3, oom, word)
         total += buf
-    oom, (react, stop, skipped) = read_flags(total, 3)
-    assert list(oom) == [0, 12, 0] and react == [2] and stop == [0, 2] and skipped == [1, 2]
+    oom, flagged = read_flags(total, 3)
+    assert list(oom) == [0, 12, 0] and flagged == Flagged(react=[2], stop=[0, 2], skipped=[1, 2], new_epoch=[0])
     assert read_flags(np.zeros(6), 3)[1] == Flagged(None, None, None)
     assert read_flags(total * 3 / 3, 3)[1].stop == [0, 2]      # (an averaged buffer multiplied back)
 

@@ -35,6 +35,7 @@ def main() -> None:
     p.add_argument("--seen-log", default=None, help="append 'step index' lines per rank")
     p.add_argument("--die-at-step", type=int, default=-1, help="rank 1 SIGKILLs itself there")
     p.add_argument("--skip-at-step", type=int, default=-1, help="rank 1 takes that step's batch and skips it")
+    p.add_argument("--break-at-step", type=int, default=-1, help="rank 1 leaves its epoch after that step")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (signal tests)")
     args = p.parse_args()
 
@@ -69,6 +70,10 @@ def main() -> None:
             dyn.report(loss=loss)
             if args.sleep:
                 time.sleep(args.sleep)
+            if step == args.break_at_step and hvd.rank() == 1 and not skipped:
+                skipped = True
+                print(f"FAULT-AT {time.time():.3f}", flush=True)
+                break       # (a fault: rank 1 alone leaves its epoch after this step)
             if args.checkpoint and args.checkpoint_every and dyn.step_count % args.checkpoint_every == 0:
                 dyn.save(args.checkpoint)
     with torch.no_grad():
