@@ -215,7 +215,8 @@ class DynamixConfig:
     @property
     def step_flags(self) -> bool:
         """Can any rank raise a per-step flag (out of memory, a change, a stop signal)? Else the
-        engines send none (wire.py's flag vector)."""
+        engines send none (wire.py's flag vector), and the ranks' check that they left out the
+        same updates and began their epochs together goes with it."""
         return self.oom_redo or self.react or self.stop_on_signal
 
     def first_due(self, start_step: int = 0) -> int:

@@ -65,7 +65,7 @@ class SumHook:
         self.rank, self.world, self.group = rank, world, group
         self.scale = scale             # this rank's weight n_i/T for the step (float)
         self.on_local = on_local       # sampled-step norm capture of the weighted local bucket, or None
-        self.flags = flags             # () -> (oom batch, flag word: wire.REACT_BIT | STOP_BIT | SKIP_BIT) of this rank, or None
+        self.flags = flags             # () -> (oom batch, flag word: wire.py's bits) of this rank, or None
         self.times = BucketTimes()
         self.buckets = 0               # buckets launched in this step
         self.t_last = 0.0              # when this step's last bucket was launched (local compute done)
