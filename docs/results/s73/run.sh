@@ -34,3 +34,11 @@ D eval-replay --workloads benchmarks/heldout_workloads/yolov3 --seeds 20 --seed-
 for b in "$DEF" "$MU"; do echo "== $b / goodput, YOLOv3"; .venv/bin/python benchmarks/compare_eval_caches.py runs/s73/yolo_cache.json \
   runs/s73/yolo_cache.json --controller goodput --controller-b "$b" | tail -n 10; done > docs/results/s73/yolov3.txt
 .venv/bin/python docs/results/s73/growth_pays.py > docs/results/s73/growth_pays.txt
+# a third seed after the rest (1,031 s alone), then validation again with the three draws
+D train-policy --world replay --method imitate --disable system,network --enable mem_use --history 0 --dagger-iters 3 \
+  --worlds-per-iter 20 --epochs 20 --horizon 20 --threads 1 --pass-hold --balance worlds --pass-action --pass-only \
+  --seed 2 --out runs/s73/mu_s2.zip
+D policy-support runs/s73/mu_s2.zip --worlds 24 --large-worlds 24 --box-only --out runs/s73/mu_s2_box.zip
+D select-policy dynamix_hvd/agent/policies/default.zip runs/s73/mu_s0_box.zip runs/s73/mu_s1_box.zip runs/s73/mu_s2_box.zip \
+  --incumbent dynamix_hvd/agent/policies/default.zip --jobs 2 --cache runs/s73/select_cache.json --out runs/s73/kept3.zip \
+  > docs/results/s73/select_mu3.txt
