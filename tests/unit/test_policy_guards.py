@@ -12,7 +12,7 @@ from dynamix_hvd.controllers.policy.support import Support, fit
 
 H20 = "dynamix_hvd/agent/policies/imitate_h20.zip"
 PASS_ONLY = "dynamix_hvd/agent/policies/pass_only_s1.zip"     # the default's policy in sessions 52-55
-DEFAULT_RAW = "dynamix_hvd/agent/policies/pass_only_s0.zip"   # the default's policy since session 56 (the recipe's seed 0)
+DEFAULT_RAW = "dynamix_hvd/agent/policies/mem_use_s0.zip"   # the default's policy since session 74 (seed 0 of the memory-use recipe, session 73)
 RESIDUAL = "dynamix_hvd/agent/policies/replay_residual.zip"   # the default until session 35
 
 
@@ -161,8 +161,8 @@ def test_policy_support_box_only_records_the_same_box_without_the_nearest_neighb
 
 
 def test_the_shipped_default_is_its_policy_with_the_support_the_command_records(tmp_path):
-    """default.json's recipe: ``policy-support pass_only_s0.zip --worlds 24 --large-worlds 24 --box-only`` writes
-    default.zip byte for byte (pass_only_s1.zip in sessions 52-55, without ``--box-only`` until session 52,
+    """default.json's recipe: ``policy-support mem_use_s0.zip --worlds 24 --large-worlds 24 --box-only`` writes
+    default.zip byte for byte (pass_only_s0.zip in sessions 56-73, pass_only_s1.zip in sessions 52-55, without ``--box-only`` until session 52,
     imitate_h20.zip until session 51). The rollouts run the policy as it was trained, without the guard and the
     warm-up that the controller adds on top (with them, from session 40 to 43, the command recorded
     another support than the shipped one)."""

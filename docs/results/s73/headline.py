@@ -3,7 +3,8 @@
 The hindsight oracle's and static's medians (and so the room cells, goodput / hindsight >= 1.15) come from
 docs/results/s56/eval_5_40.txt, the same deterministic worlds; goodput's and the policies' medians from the cache
 (goodput's printed against that table's as a check). The statistics are eval-replay's own
-(``agent.replay_eval.summarise``). Usage: headline.py CACHE LABEL=CONTROLLER ..."""
+(``agent.replay_eval.summarise``). Usage: headline.py [--guarded] CACHE LABEL=CONTROLLER ... (--guarded: the
+episodes of goodput and the policies behind the live guard, eval-replay's ``|guard-r1`` entries; session 74)"""
 import json
 import sys
 
@@ -22,8 +23,13 @@ def table_cells() -> list[dict]:
 
 
 def main() -> None:
-    cache = json.load(open(sys.argv[1]))
-    labels = dict(a.split("=", 1) for a in sys.argv[2:])
+    args = sys.argv[1:]
+    guarded = args[0] == "--guarded"
+    args = args[1:] if guarded else args
+    cache = json.load(open(args[0]))
+    if guarded:      # the guarded episodes under the controllers' plain labels
+        cache = {k[:-len("|guard-r1")]: v for k, v in cache.items() if k.endswith("|guard-r1")}
+    labels = dict(a.split("=", 1) for a in args[1:])
     cells = table_cells()
     worst = 0.0
     for c in cells:
@@ -38,7 +44,8 @@ def main() -> None:
         s = summarise(cells, lab)
         print(f"{lab}: {s['cells']} cells x seeds 5-44, geomean / goodput {s['geomean_vs_goodput']:.4f}, in the "
               f"{s['cells_gap_ge_1.15']} cells with goodput / hindsight >= 1.15 {s['geomean_vs_goodput_in_gap_cells']:.3f}, "
-              f"largest cell {s['max_vs_goodput']:.3f}, gap to hindsight closed {s['gap_closed_mean']:+.2f}; per workload "
+              f"largest cell {s['max_vs_goodput']:.3f}, gap to hindsight closed {s['gap_closed_mean']:+.2f}, "
+              f"/ static at N = 32 {s['vs_static_at_32']:.3f}; per workload "
               + ", ".join(f"{w} {v:.3f}" for w, v in s["geomean_vs_goodput_per_workload"].items()))
 
 
