@@ -211,7 +211,7 @@ def test_shipped_default_policy_loads_and_acts_only_inside_its_training_support(
     ctl = make_controller("ppo", PlanBounds(max_batch=(256,) * 4), 32)
     assert len(ctl.decide(_state(4, np.random.default_rng(0)))) == 4
     # since session 35 the default is a policy with its recorded training support (default.json; pass_only_s1 since 52,
-    # its box alone since 53, pass_only_s0 with its box since 56)
+    # its box alone since 53, pass_only_s0 with its box since 56, mem_use_s0 with its box since 74)
     assert ctl.supports[0] is not None and ctl.supports[0].columns
 
 
