@@ -19,7 +19,6 @@ p = argparse.ArgumentParser()
 p.add_argument("--acc", type=int, default=1)
 p.add_argument("--controller", default="static")
 p.add_argument("--skip-micro", default="")   # step:j  rank 1 skips backward of micro j
-p.add_argument("--skip-last", action="store_true")
 p.add_argument("--epochs", type=int, default=1)
 a = p.parse_args()
 hvd.init(); torch.set_num_threads(1)
@@ -30,11 +29,9 @@ dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
               base_batch=8, controller=a.controller, interval_steps=10, accumulation=a.acc)
 opt = dyn.optimizer
 ss, sj = (int(v) for v in a.skip_micro.split(":")) if a.skip_micro else (-1, -1)
-nsteps = None
 for epoch in range(a.epochs):
     j = 0
-    it = dyn.batches(epoch)
-    for idx in it:
+    for idx in dyn.batches(epoch):
         step = dyn.step_count
         if hvd.rank() == 1 and step == ss and j == sj:
             print(f"FAULT-AT {time.time():.3f} skip micro {j} of step {step}", flush=True)
