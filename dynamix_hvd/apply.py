@@ -270,6 +270,19 @@ def horovod_optimizer(hvd: Any, optimizer: Any, cfg: Any, named_parameters: Any,
     return optimizer
 
 
+def horovod_backward_passes(optimizer: Any, hint: Any = None) -> tuple[int, Any]:
+    """How many backward passes of this step reached Horovod's hooks before ``synchronize()``:
+    Horovod counts each parameter down from ``backward_passes_per_step`` and submits it at 0,
+    so the most-used parameter's count is the number of passes (a parameter some micro-batches
+    leave unused counts fewer, and none counts more: Horovod raises first). Returns it with the
+    parameter that gave it, checked first next time (O(1) per step when it counted them all)."""
+    delay, k = optimizer._allreduce_delay, optimizer.backward_passes_per_step   # noqa: SLF001
+    if hint is not None and delay.get(hint) == 0:
+        return k, hint
+    best = min(optimizer._requires_update, key=delay.__getitem__, default=None)  # noqa: SLF001
+    return (k, None) if best is None else (k - delay[best], best)
+
+
 def oom_replan(oom: np.ndarray, bounds: PlanBounds, plans: PlanLog, sl: StepSlice,
                quantum: int) -> tuple[PlanBounds, Plan]:
     """Caps of the ranks that ran out of memory lowered 10% (at least a quantum) below the

@@ -18,7 +18,8 @@ The loop is DDP's: the model and optimizer are the user's own objects. Dynamix a
     engine-neutral per-step logic of core.py (record the step, decide when due, LR rule,
     automatic checkpoint, the stop after a stop signal on any rank);
   * gradient accumulation: DDP's ``no_sync`` (``require_backward_grad_sync = False``) on every
-    micro-batch but the last of a step, so one reduction per step.
+    micro-batch but the last of a step, so one reduction per step; a forward hook marks each
+    micro-batch's backward, so a rank that leaves one without it stops (``StepSkippedError``).
 Plans and rows travel over a private gloo group (comm.TorchComm). ``resume=PATH`` (or, after a
 ``torchrun --max-restarts`` restart, ``run_dir/checkpoint.pt``) resumes exactly once, also on
 another number of ranks.
@@ -67,6 +68,10 @@ class Dynamix(DynamixCore):
         self._t_compute = 0.0
         self._handles = [optimizer.register_step_pre_hook(self._pre_step),
                          optimizer.register_step_post_hook(self._post_step)]
+        self._backward_seen = True
+        self._watching = cfg.accumulation > 1 and self.world > 1   # no_sync hides a micro-batch's backward from DDP
+        if self._watching:
+            self._handles.append(model.register_forward_hook(self._watch_backward))
         if resume is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
             # torchrun restarted the workers: rank 0's run_dir (it may be set there alone)
             resume = self.comm.bcast_object(str(Path(cfg.run_dir) / "checkpoint.pt")
@@ -86,7 +91,24 @@ class Dynamix(DynamixCore):
     def _my_flags(self) -> tuple[int, int]:
         return self.local.oom_batch, self.local.flag_word()
 
+    def _watch_backward(self, module: Any, args: Any, output: Any) -> None:
+        """(accumulation) DDP's forward: a gradient reaching its output marks the micro-batch's
+        backward. An output with no tensor to watch (a type ``_tensors`` does not open) cannot
+        be checked: its micro-batch counts as backed."""
+        if torch.is_grad_enabled():
+            watched = [t.register_hook(self._saw_backward) for t in _tensors(output) if t.requires_grad]
+            if not watched:
+                self._backward_seen = True
+
+    def _saw_backward(self, grad: torch.Tensor) -> None:
+        self._backward_seen = True
+
     def _begin_micro(self) -> None:
+        cur = self.local.current
+        if self._watching and cur is not None and cur[1] < self.config.accumulation - 1:
+            # the step's previous micro-batch: DDP's no_sync() would not notice it left without backward
+            self.local.check_backward(cur[1] + self._backward_seen, cur[1] + 1)
+        self._backward_seen = False
         super()._begin_micro()
         k = self.config.accumulation
         if k > 1:   # DDP's no_sync() on every micro-batch but the step's last
@@ -150,3 +172,14 @@ class Dynamix(DynamixCore):
             h.remove()
         self._handles = []
         super().close()
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    """The tensors in a model's output (a tensor, or tuples, lists and dicts of them)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []

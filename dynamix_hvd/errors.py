@@ -21,7 +21,9 @@ class StepSkippedError(DynamixError):
     would train every later step against the other ranks' next one), some ranks but not all
     left out an update after the reduction (their models would differ), or some ranks but not
     all began an epoch (the others' data would differ). Raised at once, on the rank that skipped
-    or on every rank, instead of a job that hangs or fails at its end."""
+    or on every rank, instead of a job that hangs or fails at its end. Also when a rank took a
+    micro-batch and ran no backward for it (the samples would count as trained without being
+    in the gradient)."""
 
 
 STOP_EXIT_CODE = 75     # os.EX_TEMPFAIL: a temporary failure, run the job again (it resumes)

@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from dynamix_hvd import lifecycle
-from dynamix_hvd.apply import (FlagProbe, StepFlags, Weighting, horovod_optimizer, hvd_synchronize,
-                               rescale_accumulated, skip_and_replan)
+from dynamix_hvd.apply import (FlagProbe, StepFlags, Weighting, horovod_backward_passes, horovod_optimizer,
+                               hvd_synchronize, rescale_accumulated, skip_and_replan)
 from dynamix_hvd.comm import make_comm
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.controllers import Controller
@@ -89,6 +89,7 @@ class Dynamix(DynamixCore):
         self.local.reduced = lambda: self._flags_read is not False   # (set once the step's gradients were reduced)
         self._averaging = False     # Horovod's op is Average (uniform step) rather than Sum
         self._flags_read: np.ndarray | None | bool = False    # this step's flags: not read yet
+        self._counted: Any = None   # the parameter that counted every backward pass of the last step
         self._rehook()
 
     def _rehook(self) -> None:
@@ -223,12 +224,18 @@ class Dynamix(DynamixCore):
         self._weigh_locally()
 
     def _hvd_synchronize(self) -> None:
-        """Horovod's own synchronize; first the probe's element if backward did not submit it
-        (an unused probe parameter: Horovod would submit its gradient without the flags)."""
-        probe = self._weighting.probe
-        if probe is not None and not self.hvd_optimizer._synchronized:  # noqa: SLF001
-            probe.submit_missing()
-        hvd_synchronize(self.hvd_optimizer)
+        """Horovod's own synchronize; first a rank that left a micro-batch without backward
+        stops (``LocalState.check_backward``: Horovod would submit the gradient all the same),
+        and the probe's element goes out if backward did not submit it (an unused probe
+        parameter: Horovod would submit its gradient without the flags)."""
+        inner, probe = self.hvd_optimizer, self._weighting.probe
+        if not inner._synchronized:              # noqa: SLF001
+            if self._hooked and self.local.current is not None:   # every micro-batch's backward reached the hooks
+                passes, self._counted = horovod_backward_passes(inner, self._counted)
+                self.local.check_backward(passes, self.config.accumulation)
+            if probe is not None:
+                probe.submit_missing()
+        hvd_synchronize(inner)
 
     def _weigh_locally(self) -> None:
         """One rank without Horovod's hooks (no allreduce to hook into): apply the weight here."""

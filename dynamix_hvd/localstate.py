@@ -185,6 +185,24 @@ class LocalState:
         self._consume(sl)
         return sl, self.step_plan
 
+    def check_backward(self, passes: int, micro: int) -> None:
+        """Before the gradients of this step leave the rank (or before micro-batch ``micro`` + 1
+        is taken): ``passes`` backward passes reached the gradients for the step's first
+        ``micro`` micro-batches. Fewer, and the missing micro-batches' samples would count as
+        trained without being in the gradient (the other ranks cannot see it): ``StepSkippedError``
+        at once on this rank. Not after ``report(oom=True)`` (the step is redone) nor at one rank."""
+        if passes >= micro or self.world == 1 or self.oom_batch:
+            return
+        sl = self.current[0]  # type: ignore[index]
+        k = self.config.accumulation
+        raise StepSkippedError(
+            f"dynamix: rank {self.rank} of {self.world} ran loss.backward() for {passes} of the "
+            f"{'' if micro == k else 'first '}{micro} micro-batch(es) of step {sl.step} (accumulation={k}): the samples of a micro-batch without "
+            "backward would count as trained without being in the step's gradient. Run loss.backward() on every "
+            "micro-batch taken from dyn.batches() / dyn.loader() (a loss that is not finite: backward all the "
+            "same, and leave the update out on every rank from the reduced gradients, as torch.amp.GradScaler "
+            "does; an out-of-memory error: dyn.report(oom=True))")
+
     def flag_word(self) -> int:
         """This rank's flag word for the step's flags (wire.py): an early decision, a stop
         signal, the previous step's update left out, the first step of an epoch."""

@@ -207,6 +207,32 @@ def test_a_rank_that_leaves_a_step_out_ends_the_job_naming_it():
     assert took < 30, took
 
 
+@pytest.mark.parametrize("fault", [None, "skip-backward"])
+def test_a_micro_batch_left_without_backward_ends_the_job_naming_it(tmp_path, fault):
+    """Accumulation 2: rank 1 takes micro-batch 0 of step 7 and runs no backward for it, then goes
+    on with micro-batch 1 and steps. DDP's ``no_sync`` hides the first micro-batch's backward, so
+    before session 75 the job ended normally with that micro-batch's samples counted as trained and
+    not in the gradient. Now rank 1 raises StepSkippedError as it takes micro-batch 1, and the job
+    ends. Without the fault the same job trains every index of the epoch once (the forward hook
+    that marks each micro-batch's backward raises nothing)."""
+    from faultrun import run_job
+
+    log = tmp_path / "seen"
+    env = {**job_env(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", JOB, "--mode", "train", "--samples", "2000",
+           "--accumulation", "2", "--seen-log", str(log)] + (["--die-at-step", "7", "--die-mode", fault] if fault else [])
+    res = run_job(cmd, env, timeout=120, cwd=str(REPO))
+    assert res.returncode is not None, "the job hung:\n" + res.out[-3000:]
+    if fault is None:
+        assert res.returncode == 0 and "FINISHED" in res.out, res.out[-3000:]
+        assert sorted(i for _, _, i in seen(log)) == list(range(2000))
+        return
+    assert res.returncode != 0 and "FINISHED" not in res.out
+    assert ("StepSkippedError: dynamix: rank 1 of 2 ran loss.backward() for 0 of the first 1 micro-batch(es) of "
+            "step 7 (accumulation=2)") in res.out, res.out[-3000:]
+    assert res.end_after_fault_s < 30, res.end_after_fault_s
+
+
 def test_torch_grad_scaler_leaving_out_overflowed_updates(tmp_path):
     """The real torch.amp.GradScaler (``scaler.step(optimizer)`` after backward), started at a scale
     that overflows: it leaves out updates on every rank alike and the job trains on, every index

@@ -213,3 +213,68 @@ def test_an_epoch_left_early(comm, transport, who):
     assert raised is not None and (f"rank(s) [{world - 1}] began an epoch at step {SKIP + 1} while rank(s) "
                                    f"{list(range(world - 1))} are in the middle of one") in raised, raised
     assert comm.allgather(trained) == [SKIP + 1] * world      # every rank stopped in that step
+
+
+class Branchy(torch.nn.Module):
+    """A trunk every micro-batch uses and a head only some use (Horovod's count of that head's
+    backward passes is lower all the same): the check goes by the most-used parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.trunk, self.head, self.aux = torch.nn.Linear(12, 16), torch.nn.Linear(16, 4), torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor, aux: bool) -> torch.Tensor:
+        h = torch.tanh(self.trunk(x))
+        return self.head(h) + (self.aux(h) if aux else 0.0)
+
+
+@pytest.mark.parametrize("accumulation", [1, 2, 3])
+def test_a_micro_batch_left_without_backward_is_stopped_at_the_step(comm, accumulation):
+    """Rank ``world - 1`` takes micro-batch 0 of step SKIP and runs no backward for it, then
+    steps after the last: Horovod would submit the gradient all the same (its ``synchronize``
+    sends what backward did not) and the skipped samples would count as trained without being
+    in it; the run ended normally before session 75. Now ``optimizer.step()`` raises
+    StepSkippedError there, before anything leaves the rank, and the rank can mend the step
+    (backward on the skipped micro-batch, then step): every rank ends with the same model and
+    every sample once. A head that some micro-batches leave unused raises nothing. One rank:
+    nothing is raised (nothing can go out of step), as for the other skips."""
+    rank, world = comm.Get_rank(), comm.Get_size()
+    x, y = make_data(n=800)
+    cfg = DynamixConfig(base_batch=8, controller="proportional", collector=False, tensorboard=False, seed=1,
+                        interval_steps=4, min_decision_s=0, accumulation=accumulation)
+    model = Branchy()
+    dyn = Dynamix(model, torch.optim.SGD(model.parameters(), lr=0.05), dataset_size=len(x), config=cfg)
+    opt, skipper = dyn.optimizer, world - 1
+    raised, seen, left = [], [], None
+    for n, idx in enumerate(dyn.batches(0)):
+        step, j = divmod(n, accumulation)
+        seen.extend(torch.as_tensor(idx).tolist())
+        if rank == skipper and step == SKIP and j == 0:
+            left = idx                              # no backward for it
+        else:
+            F.cross_entropy(model(x[idx], aux=j == 0 and step % 2 == 0), y[idx]).backward()
+        if j < accumulation - 1:
+            continue
+        try:
+            opt.step()
+        except StepSkippedError as e:
+            raised.append((step, str(e)))
+            F.cross_entropy(model(x[left], aux=False), y[left]).backward()    # the step mended
+            opt.step()
+        opt.zero_grad()
+    steps = dyn.step_count
+    dyn.close()
+    if world == 1:
+        assert raised == []
+    elif rank == skipper:
+        assert [s for s, _ in raised] == [SKIP], raised
+        assert (f"rank {skipper} of {world} ran loss.backward() for {accumulation - 1} of the {accumulation} "
+                f"micro-batch(es) of step {SKIP} (accumulation={accumulation})") in raised[0][1]
+    else:
+        assert raised == []
+    assert comm.allgather(steps) == [steps] * world
+    every = [i for part in comm.allgather(seen) for i in part]
+    assert sorted(every) == list(range(800))
+    sums = comm.allgather(float(_flat(model).sum()))
+    assert sums == [sums[0]] * world

@@ -107,7 +107,7 @@ def train_mode(args: argparse.Namespace) -> None:
     model = DDP(make_model(d=40, classes=10))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     dyn = Dynamix(model, opt, dataset_size=len(x), base_batch=args.base_batch, controller=args.controller,
-                  interval_steps=10, min_decision_s=0, collector=False,
+                  interval_steps=10, min_decision_s=0, collector=False, accumulation=args.accumulation,
                   resume=args.checkpoint if args.checkpoint and args.resume else None)
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     # one log per rank and attempt: SEEN.<rank> on the first, SEEN.r<restart>.<rank> after torchrun restarts
@@ -116,10 +116,15 @@ def train_mode(args: argparse.Namespace) -> None:
     skipped = False
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127) if args.grad_scaler else None   # overflows first
     left_out = 0
+    k = args.accumulation
     for epoch in range(dyn.epoch, args.epochs):
-        for idx in dyn.batches(epoch):
-            step = dyn.step_count
+        for n, idx in enumerate(dyn.batches(epoch)):
+            step, j = dyn.step_count, n % k       # (an epoch's steps each have k micro-batches)
             fault = step == args.die_at_step and args.die_rank in (rank, -1) and restarts == 0 and not skipped
+            if fault and args.die_mode == "skip-backward":   # micro-batch 0 without backward; the step all the same
+                skipped = True
+                print(f"FAULT-AT {time.time():.3f}", flush=True)
+                continue
             if fault and args.die_mode == "skip":       # the batch taken, then the next one: no backward, no step
                 skipped = True
                 print(f"FAULT-AT {time.time():.3f}", flush=True)
@@ -130,11 +135,14 @@ def train_mode(args: argparse.Namespace) -> None:
                     raise RuntimeError("injected failure in the training loop")
                 os.kill(os.getpid(), 19 if args.die_mode == "sigstop" else 9)
             loss = F.cross_entropy(model(x[idx]), y[idx], reduction="sum" if scaler else "mean")
-            opt.zero_grad()
+            if j == 0:
+                opt.zero_grad()
             (scaler.scale(loss) if scaler else loss).backward()
             if log:     # (before the step: a stop signal ends the loop inside opt.step(), after the update)
                 log.write("".join(f"{epoch} {step} {i}\n" for i in idx.tolist()))
                 log.flush()
+            if j < k - 1:
+                continue
             if fault and args.die_mode == "skip-update":    # after the reduction (GradScaler on an overflow)
                 skipped = True
                 print(f"FAULT-AT {time.time():.3f}", flush=True)
@@ -171,7 +179,7 @@ def main() -> None:
     p.add_argument("--seen-log", default=None, help="append 'epoch step index' lines per rank")
     p.add_argument("--die-at-step", type=int, default=-1, help="on the first attempt only (no torchrun restart yet)")
     p.add_argument("--die-rank", type=int, default=1, help="-1: every rank (skip-update)")
-    p.add_argument("--die-mode", choices=("sigkill", "sigstop", "raise", "skip", "skip-update"), default="sigkill")
+    p.add_argument("--die-mode", choices=("sigkill", "sigstop", "raise", "skip", "skip-update", "skip-backward"), default="sigkill")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (fault timing tests)")
     p.add_argument("--grad-scaler", action="store_true", help="torch.amp.GradScaler, started where it overflows")
     args = p.parse_args()
