@@ -4,7 +4,8 @@ session note on issue 19). Run from the repository root:
     mpirun --allow-run-as-root --oversubscribe -np 2 .venv/bin/python docs/results/s74/skip_micro_job.py --acc 1 --skip-micro 62:0
         # rank 1 takes the job's last batch (step 62 of 63) without optimizer.step(): StepSkippedError, the job ends
     mpirun --allow-run-as-root --oversubscribe -np 2 .venv/bin/python docs/results/s74/skip_micro_job.py --acc 2 --skip-micro 7:0
-        # accumulation 2: rank 1 skips backward on micro-batch 0 of step 7, still steps: the job ends normally (silent)
+        # accumulation 2: rank 1 skips backward on micro-batch 0 of step 7, still steps: the job ended normally (silent)
+        # in session 74; since session 75 rank 1 raises StepSkippedError at that step's optimizer.step() and the job ends
 """
 import argparse, sys, time
 from pathlib import Path
