@@ -75,3 +75,22 @@ def test_hook_weights_sums_times_and_carries_flags(one_rank_group, weight, avera
     expect = torch.cat([w * r.grad.flatten() for r in ref_net.parameters()]).norm()
     torch.testing.assert_close(total, expect, rtol=1e-5, atol=1e-7)
     assert hook.t_last > 0
+
+
+def test_the_output_tensors_the_backward_check_watches():
+    """ddp.Dynamix (accumulation > 1) hooks every tensor of the model's output to see each
+    micro-batch's backward: a tensor, tuples / lists / dicts of them at any depth (a dict
+    subclass, as Hugging Face's ModelOutput, too); anything else gives none, and such an output
+    counts as backed (no false alarm)."""
+    from collections import OrderedDict, namedtuple
+
+    from dynamix_hvd.ddp import _tensors
+
+    a, b, c = torch.zeros(1), torch.ones(2), torch.full((3,), 2.0)
+    Out = namedtuple("Out", "logits aux")
+    ids = lambda ts: [id(t) for t in ts]      # noqa: E731
+    assert ids(_tensors(a)) == [id(a)]
+    assert ids(_tensors((a, [b, {"c": c, "n": 3}]))) == [id(a), id(b), id(c)]
+    assert ids(_tensors(OrderedDict(loss=a, logits=b))) == [id(a), id(b)]
+    assert ids(_tensors(Out(a, None))) == [id(a)]
+    assert _tensors(object()) == [] and _tensors(None) == [] and _tensors("text") == []
