@@ -4,19 +4,7 @@
 # action, so no pass either), training seeds 0 and 1, two at a time; each with its box; then the 24 shipped
 # cells x test seeds 5-44 against the recipe's own draws of the same seeds (mu_s0 = the shipped default's
 # policy, mu_s1), paired per cell. Writes runs/s75/ and prints the paired table.
-set -e
-cd "$(dirname "$0")/../../.."
-export PYTHONPATH=$PWD
-D() { .venv/bin/python -m dynamix_hvd.cli "$@"; }
-RECIPE="--world replay --method imitate --dagger-iters 3 --worlds-per-iter 20 --epochs 20 --horizon 20 --threads 1 --pass-hold --balance worlds --history 0"
-CELLS="--traces none,job_3_norm,cov:coefficient_variation --workers 8,32"
-mkdir -p runs/s75
-one() {  # name seed extra-args...
-  N=$1; S=$2; shift 2
-  D train-policy $RECIPE --seed $S "$@" --out runs/s75/$N.zip > runs/s75/$N.log 2>&1
-  D policy-support runs/s75/$N.zip --worlds 24 --large-worlds 24 --box-only --out runs/s75/${N}_box.zip >> runs/s75/$N.log 2>&1
-  echo "$N done $(date -u +%T)" >> runs/s75/queue.log
-}
+source "$(dirname "$0")/common.sh"
 # the full recipe's draws: seed 0 is the shipped policy (mem_use_s0.zip), seed 1 session 73's mu_s1
 # (session 73 trained mu_s1 with this very command: reused when runs/s73 still holds it)
 if [ -f runs/s73/mu_s1_box.zip ]; then cp runs/s73/mu_s1_box.zip runs/s75/mu_s1_box.zip; fi

@@ -2,24 +2,13 @@
 # session 75: seeds 2 and 3 of the statistical ablation of the shipped recipe (rule.md, written first), with the full
 # recipe's draw of seed 3 (seed 2 is session 73's mu_s2, trained by the same command); three trainings on 2 cores,
 # then the 24 cells x test seeds 5-44 and the paired ratios.
-set -e
-cd "$(dirname "$0")/../../.."
-export PYTHONPATH=$PWD
-D() { .venv/bin/python -m dynamix_hvd.cli "$@"; }
-RECIPE="--world replay --method imitate --dagger-iters 3 --worlds-per-iter 20 --epochs 20 --horizon 20 --threads 1 --pass-hold --balance worlds --history 0 --pass-action --pass-only"
-CELLS="--traces none,job_3_norm,cov:coefficient_variation --workers 8,32"
-mkdir -p runs/s75
-one() {  # name seed extra-args...
-  N=$1; S=$2; shift 2
-  D train-policy $RECIPE --seed $S "$@" --out runs/s75/$N.zip > runs/s75/$N.log 2>&1
-  D policy-support runs/s75/$N.zip --worlds 24 --large-worlds 24 --box-only --out runs/s75/${N}_box.zip >> runs/s75/$N.log 2>&1
-  echo "$N done $(date -u +%T)" >> runs/s75/queue.log
-}
+source "$(dirname "$0")/common.sh"
+PASS="--pass-action --pass-only"     # the recipe's action flags
 if [ -f runs/s73/mu_s2_box.zip ]; then cp runs/s73/mu_s2_box.zip runs/s75/mu_s2_box.zip; fi
-[ -f runs/s75/mu_s2_box.zip ] || one mu_s2 2 --disable system,network --enable mem_use &
-one mu_s3 3 --disable system,network --enable mem_use &
-one nostat_s2 2 --disable system,network,statistical --enable mem_use &
-one nostat_s3 3 --disable system,network,statistical --enable mem_use &
+[ -f runs/s75/mu_s2_box.zip ] || one mu_s2 2 $PASS --disable system,network --enable mem_use &
+one mu_s3 3 $PASS --disable system,network --enable mem_use &
+one nostat_s2 2 $PASS --disable system,network,statistical --enable mem_use &
+one nostat_s3 3 $PASS --disable system,network,statistical --enable mem_use &
 wait
 D eval-replay --seeds 40 --seed-offset 5 --jobs 2 --guard off --cache runs/s75/eval_cache.json $CELLS --policies-only \
   --oracles goodput --policy=full2=runs/s75/mu_s2_box.zip --policy=full3=runs/s75/mu_s3_box.zip \
