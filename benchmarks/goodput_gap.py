@@ -358,15 +358,15 @@ def _wmean(b, w=None) -> float:
     return sum(x * v for x, v in pts) / sum(v for _, v in pts)
 
 
-def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run") -> float:
+def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run", sync_model: str = "rank") -> float:
     from dynamix_hvd.replay.runner import run_controller, run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
-    sim = build_sim(WorldSpec(wl, n, trace, seed, gns_model=gns_model))
+    sim = build_sim(WorldSpec(wl, n, trace, seed, gns_model=gns_model, sync_model=sync_model))
     if mode.startswith("nofit"):       # nofit[MODE]: MODE with goodput's overlap fit off (as before 8fef71f)
         import dynamix_hvd.controllers.goodput as gmod
         orig_fit, gmod.fit_overlap = gmod.fit_overlap, lambda *args, **kw: None
         try:
-            return run(wl, trace, n, seed, mode[5:] or "goodput", gns_model)
+            return run(wl, trace, n, seed, mode[5:] or "goodput", gns_model, sync_model)
         finally:
             gmod.fit_overlap = orig_fit
     if mode.startswith("opt"):         # optF: an unidentified fit takes share F of the time as fixed cost
@@ -382,7 +382,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
             return (f * b0 * _wmean(b, w), (1 - f) * b0) if math.isfinite(b0) else (a0, b0)
         mmod.fit_affine, mmod.BATCH_FIT_MIN = opt_fit, 10 ** 9
         try:
-            return run(wl, trace, n, seed, "goodput", gns_model)
+            return run(wl, trace, n, seed, "goodput", gns_model, sync_model)
         finally:
             mmod.fit_affine, mmod.BATCH_FIT_MIN = orig_fit, orig_min
     if mode.startswith("hist"):        # histH: goodput's compute / overlap histories H intervals long (default 16)
@@ -394,7 +394,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
             orig_init(self, *args, **kw)
         gmod.GoodputController.__init__ = init
         try:
-            return run(wl, trace, n, seed, "goodput", gns_model)
+            return run(wl, trace, n, seed, "goodput", gns_model, sync_model)
         finally:
             gmod.GoodputController.__init__ = orig_init
     if mode.startswith("spanc"):       # spancS[+MODE]: goodput's overlap fit also once the slowest compute spans S (0.1)
@@ -414,7 +414,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
             return None
         gmod.fit_overlap = span_fit
         try:
-            return run(wl, trace, n, seed, inner or "goodput", gns_model)
+            return run(wl, trace, n, seed, inner or "goodput", gns_model, sync_model)
         finally:
             gmod.fit_overlap = orig_fit
     if mode.startswith("margin"):      # marginM[zZ]: the hold's room at the pessimistic noise scale / M (stats: 3; z 2)
@@ -427,7 +427,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
                              margin=float(m))
         smod.growth_room = room
         try:
-            return run(wl, trace, n, seed, "goodput", gns_model)
+            return run(wl, trace, n, seed, "goodput", gns_model, sync_model)
         finally:
             smod.growth_room = orig_room
     if mode.startswith("lognohold"):   # lognoholdK: nohold, the robust gain at phi x exp(-/+ K x rel_err)
@@ -444,7 +444,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
             return gain
         gmod.GoodputController._robust_gain = log_robust
         try:
-            return run(wl, trace, n, seed, "nohold", gns_model)
+            return run(wl, trace, n, seed, "nohold", gns_model, sync_model)
         finally:
             gmod.GoodputController._robust_gain = orig_robust
     if mode.startswith("dither"):      # ditherM[dD][+MODE]: goodput's split moved +-D (0.125) at one decision in M
@@ -476,7 +476,7 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
             return list(out)
         gmod.GoodputController.decide = dither_decide
         try:
-            return run(wl, trace, n, seed, inner or "goodput", gns_model)
+            return run(wl, trace, n, seed, inner or "goodput", gns_model, sync_model)
         finally:
             gmod.GoodputController.decide = orig_decide
     if mode == "causal4":
@@ -550,6 +550,20 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
             B = b.sum(axis=1)
             return B / T * gmod.efficiency_array(B, b_ref, phi), b
         gmod.GoodputController.predict = split_timed_predict
+        try:
+            t = run_controller(sim, "goodput", seed)["time_to_target_s"]
+        finally:
+            gmod.GoodputController.predict = orig_predict
+    elif mode == "trueS":       # goodput's own scores choose B; each candidate applied with the true equal-time split
+        import dynamix_hvd.controllers.goodput as gmod
+        from dynamix_hvd.replay.oracle import _equal_time, last_interval_multipliers
+        orig_predict = gmod.GoodputController.predict
+
+        def true_split_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares=None):
+            score, _ = orig_predict(self, alpha, beta, totals, comm, overlap, phi, b_ref, shares)
+            _, cont = _equal_time(sim, last_interval_multipliers(sim), np.asarray(totals, dtype=float))
+            return score, np.clip(cont, 1.0, None)
+        gmod.GoodputController.predict = true_split_predict
         try:
             t = run_controller(sim, "goodput", seed)["time_to_target_s"]
         finally:
@@ -636,6 +650,8 @@ def run(wl: str, trace: str, n: int, seed: int, mode: str, gns_model: str = "run
             gmod.efficiency_array = orig
     elif mode == "ppo":                # the shipped default, for reference
         t = run_one(sim, "ppo", seed)["time_to_target_s"]
+    elif mode in ("static", "proportional"):    # the simple controllers, for reference
+        t = run_controller(sim, mode, seed)["time_to_target_s"]
     else:
         if mode not in ("goodput", "nohold", "truephi"):
             raise SystemExit(f"unknown mode {mode!r} (see the module's docstring)")
@@ -654,6 +670,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed-offset", type=int, default=5)
     p.add_argument("--modes", default="goodput,nohold,truephi,causal4")
     p.add_argument("--gns-model", default="run", help="the worlds' noise-scale model (replay.sim.GNS_MODELS)")
+    p.add_argument("--sync-model", default="rank", help="the worlds' sync model (replay.throughput.SYNC_MODELS)")
     a = p.parse_args(argv)
     modes = a.modes.split(",")
     t0 = time.time()
@@ -662,7 +679,7 @@ def main(argv=None) -> int:
         ratios = {m: [] for m in modes}
         for tr in a.traces.split(","):
             for n in (int(x) for x in a.workers.split(",")):
-                med = {m: float(np.median([run(wl, tr, n, a.seed_offset + s, m, a.gns_model) for s in range(a.seeds)]))
+                med = {m: float(np.median([run(wl, tr, n, a.seed_offset + s, m, a.gns_model, a.sync_model) for s in range(a.seeds)]))
                        for m in modes}
                 cell = " ".join(f"{m} {med[m] / med['goodput']:.3f}" for m in modes)
                 print(f"{wl:12s} {tr:12s} N={n:3d} goodput {med['goodput']:9.0f} s | {cell}", flush=True)

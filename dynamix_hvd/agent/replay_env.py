@@ -45,6 +45,7 @@ from dynamix_hvd.controllers.ppo import PPOController
 from dynamix_hvd.decide import decide_plan
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.reward import RewardWeights
+from dynamix_hvd.replay.throughput import SYNC_MODELS
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, WorldSpec, build_sim, check_loss_noise
 from dynamix_hvd.safety import MoveLimits
 from dynamix_hvd.controllers.policy.refute import RefutedDepartures
@@ -69,8 +70,11 @@ class ReplayEnvConfig:
     loss_penalty: float = 0.0          # extra cost of ending slower than goodput (module doc)
     gns_model: str = "run"             # the worlds' noise-scale model (replay.sim.GNS_MODELS)
     loss_noise: tuple[float, float] | None = None   # the loss trend's noise drawn per world in (lo, hi)
+    sync_model: str = "rank"           # the worlds' sync model (replay.throughput.SYNC_MODELS)
 
     def __post_init__(self) -> None:
+        if self.sync_model not in SYNC_MODELS:
+            raise ValueError(f"sync_model={self.sync_model!r}: expected one of {SYNC_MODELS}")
         if self.obs.n_action_levels != self.action.n_levels:
             object.__setattr__(self, "obs", self.obs.with_levels(self.action.n_levels))
         if self.n_range[1] > self.n_max:
@@ -95,7 +99,8 @@ class ReplayEnvConfig:
                 "replay_reward": {"kind": "progress_vs_goodput", "scale": self.reward_scale,
                                   "loss_penalty": self.loss_penalty},
                 "max_decisions_factor": self.max_decisions_factor, "gns_model": self.gns_model,
-                **({"loss_noise": list(self.loss_noise)} if self.loss_noise is not None else {})}
+                **({"loss_noise": list(self.loss_noise)} if self.loss_noise is not None else {}),
+                **({"sync_model": self.sync_model} if self.sync_model != "rank" else {})}
 
 
 class EnvController(PPOController):
@@ -135,7 +140,8 @@ class ReplayEnv(gym.Env):
         self.cfg = cfg
         self.pool = pool if pool is not None else WorldPool(cfg.workloads, cfg.traces, cfg.n_range,
                                                             cfg.perturb_prob, pool_seed, curriculum=cfg.curriculum,
-                                                            gns_model=cfg.gns_model, loss_noise=cfg.loss_noise)
+                                                            gns_model=cfg.gns_model, loss_noise=cfg.loss_noise,
+                                                            sync_model=cfg.sync_model)
         self.observation_space = gym.spaces.Box(-OBS_LIMIT, OBS_LIMIT, shape=(cfg.n_max, cfg.n_features + 1),
                                                 dtype=np.float32)
         self.action_space = gym.spaces.MultiDiscrete([cfg.action.n_levels] * cfg.n_max + [len(cfg.action.global_scales)])

@@ -54,6 +54,7 @@ import numpy as np
 from dynamix_hvd.config import DynamixConfig
 from dynamix_hvd.replay.paired import INTERVAL, NOT_ABOVE, ratio_interval
 from dynamix_hvd.replay.sim import GNS_MODELS
+from dynamix_hvd.replay.throughput import SYNC_MODELS
 from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS
 
 BASELINES = ("static", "proportional", "goodput", "causal4", "causal_safe", "causal", "hindsight")
@@ -99,6 +100,7 @@ Task = tuple[World6 | tuple[str, int, str, str, tuple[int, ...], str, bool], lis
 def _run_task(task: Task) -> dict[str, float | None]:
     (wl, n, trace, ctl, seeds, gns_model, *rest), keys, cache_path = task
     guard = bool(rest[0]) if rest else False      # (a task of six: the controller alone, select_draw's)
+    sync_model = str(rest[1]) if len(rest) > 1 else "rank"
     from dynamix_hvd.replay.runner import run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim
     done: dict = {}
@@ -112,7 +114,7 @@ def _run_task(task: Task) -> dict[str, float | None]:
         if k in done:
             out[k] = done[k]
             continue
-        sim = build_sim(WorldSpec(wl, n, trace, s, gns_model=gns_model))
+        sim = build_sim(WorldSpec(wl, n, trace, s, gns_model=gns_model, sync_model=sync_model))
         out[k] = run_one(sim, ctl, s, guard=guard)["time_to_target_s"]
     return out
 
@@ -143,14 +145,15 @@ def seed_range(text: str) -> range:
 GUARD_TAG = f"|guard-r{DynamixConfig().guard_retries}"   # a guarded episode's key suffix (episode_key)
 
 
-def episode_key(wl: str, trace: str, n: int, seed: int, tag: str, gns_model: str = "run", guard: bool = False) -> str:
+def episode_key(wl: str, trace: str, n: int, seed: int, tag: str, gns_model: str = "run", guard: bool = False,
+                sync_model: str = "rank") -> str:
     """One episode's key in the cache: the cell, the seed, and the controller's tag (a baseline's
     name, or ``ppo#`` and the policy's ``_file_hash``); ``|guard-rK`` for a guarded controller run inside
     the live hook's Decider with the default ``guard_retries`` K (``replay.runner.run_controller``; the
     caches before session 65 hold the controllers alone, under the keys without it, and session 65's
-    ``|guard`` the guard without retries)."""
+    ``|guard`` the guard without retries); ``|sync=collective`` for the collective sync model (session 76)."""
     return (f"{wl}|{trace}|{n}|{seed}|{tag}" + ("" if gns_model == "run" else f"|gns={gns_model}")
-            + (GUARD_TAG if guard else ""))
+            + ("" if sync_model == "rank" else f"|sync={sync_model}") + (GUARD_TAG if guard else ""))
 
 
 def policy_tag(path: str) -> str:
@@ -229,12 +232,15 @@ def summarise(cells: list[dict[str, Any]], label: str) -> dict[str, Any]:
 def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[int], seeds: Sequence[int],
              policies: dict[str, str], loo: dict[str, str], jobs: int = 1, cache_path: str | None = None,
              verbose: bool = True, baselines: bool = True, reverse: bool = False,
-             oracles: Sequence[str] = (), gns_model: str = "run", guard: bool = True) -> dict[str, Any]:
+             oracles: Sequence[str] = (), gns_model: str = "run", guard: bool = True,
+             sync_model: str = "rank") -> dict[str, Any]:
     """The evaluation table's episodes (cached) and summary. ``guard``: the guarded controllers
     (goodput, ppo) run behind the live hook's goodput guard and its fallback, as live (the default)."""
     from dynamix_hvd.replay.runner import is_guarded
     if gns_model not in GNS_MODELS:
         raise ValueError(f"gns_model={gns_model!r}: expected one of {GNS_MODELS}")
+    if sync_model not in SYNC_MODELS:
+        raise ValueError(f"sync_model={sync_model!r}: expected one of {SYNC_MODELS}")
     cache = read_cache(cache_path)
     hashes = {p: _file_hash(p) for p in set(policies.values()) | set(loo.values()) if p}
     ctl_of = {b: b for b in (*BASELINES, *oracles)}
@@ -250,7 +256,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
     def key(wl, tr, n, s, label) -> str:
         nm = name_for(label, wl)
         tag = nm if nm in ctl_of else f"ppo#{_file_hash('')}" if nm == "ppo" else f"ppo#{hashes[nm[4:]]}"
-        return episode_key(wl, tr, n, s, tag, gns_model, guard and is_guarded(nm))
+        return episode_key(wl, tr, n, s, tag, gns_model, guard and is_guarded(nm), sync_model)
 
     labels = list(BASELINES) + [o for o in oracles if o not in BASELINES] + list(policies) + (["loo"] if loo else [])
     tasks = []
@@ -264,7 +270,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
                         continue
                     for s in seeds:      # one episode per task: balanced, and cached as it ends
                         if key(wl, tr, n, s, lb) not in cache:
-                            tasks.append(((wl, n, tr, nm, (s,), gns_model, guard), [key(wl, tr, n, s, lb)]))
+                            tasks.append(((wl, n, tr, nm, (s,), gns_model, guard, sync_model), [key(wl, tr, n, s, lb)]))
     t0 = time.perf_counter()
     run_episodes(tasks, cache, jobs, cache_path, verbose)
     if not baselines:      # episodes cached only; the table comes from a run with the baselines
@@ -284,7 +290,7 @@ def evaluate(workloads: Sequence[str], traces: Sequence[str], workers: Sequence[
     summary = {lb: summarise(cells, lb) for lb in labels if lb not in BASELINES}
     room = summarise(cells, ROOM) if any(ROOM in c["median"] for c in cells) else None
     return {"cells": cells, "summary": summary, "room": room, "seeds": list(seeds), "policies": policies, "loo": loo,
-            "gns_model": gns_model, "guard": guard,
+            "gns_model": gns_model, "guard": guard, "sync_model": sync_model,
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
@@ -361,6 +367,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "hindsight_safe,causal_blind) evaluated and summarised like the policies")
     p.add_argument("--gns-model", default="run", choices=GNS_MODELS,
                    help="the replay's noise-scale model (dynamix replay --gns-model); cached apart from 'run'")
+    p.add_argument("--sync-model", default="rank", choices=SYNC_MODELS,
+                   help="the replay's sync model (dynamix replay --sync-model); cached apart from 'rank'")
     p.add_argument("--guard", choices=("on", "off"), default="on",
                    help="on (default): goodput and ppo run behind the live hook's goodput guard and its fallback "
                         "(ppo to goodput; goodput reverted once, then to proportional), as live; off: the "
@@ -390,12 +398,14 @@ def run(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     res = evaluate([w for w in args.workloads.split(",") if w], [t for t in args.traces.split(",") if t], workers,
                    seeds, policies, loo, args.jobs, args.cache or None, baselines=not args.policies_only,
-                   reverse=args.reverse, oracles=oracles, gns_model=args.gns_model, guard=args.guard == "on")
+                   reverse=args.reverse, oracles=oracles, gns_model=args.gns_model, guard=args.guard == "on",
+                   sync_model=args.sync_model)
     if args.policies_only:
         print(f"cached the policies' episodes in {args.cache} ({res['wall_s']:.0f} s)")
         return 0
     print(format_table(res))
-    print(f"\n{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}), noise-scale model {args.gns_model}, goodput guard "
+    print(f"\n{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}), noise-scale model {args.gns_model}, sync model "
+          f"{args.sync_model}, goodput guard "
           f"{args.guard}, {res['wall_s']:.0f} s")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

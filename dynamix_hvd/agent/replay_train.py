@@ -49,7 +49,8 @@ def config_from_args(args) -> ReplayEnvConfig:
                            obs=ObsConfig.from_lists(args.disable, args.enable),
                            history=int(args.history), n_max=max(args.n_max, hi),
                            loss_penalty=float(args.loss_penalty), gns_model=args.gns_model,
-                           loss_noise=parse_loss_noise(args.loss_noise))
+                           loss_noise=parse_loss_noise(args.loss_noise),
+                           sync_model=getattr(args, "sync_model", "rank"))
 
 
 def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_envs: int = 8, hidden: int = 64,
@@ -66,7 +67,7 @@ def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_e
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     pool = WorldPool(cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob, seed, curriculum=cfg.curriculum,
-                     gns_model=cfg.gns_model, loss_noise=cfg.loss_noise)
+                     gns_model=cfg.gns_model, loss_noise=cfg.loss_noise, sync_model=cfg.sync_model)
     venv = DummyVecEnv([make_replay_env(cfg, pool, seed=seed * 1000 + i) for i in range(n_envs)])
     dyn = cfg.to_dict()
     model = PPO(SharedRowPolicy, venv, seed=seed, verbose=0, device="cpu",

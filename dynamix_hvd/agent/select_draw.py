@@ -37,6 +37,7 @@ import numpy as np
 
 from dynamix_hvd.agent.replay_eval import episode_key, median_time, policy_tag, read_cache, run_episodes
 from dynamix_hvd.replay.paired import geomean_interval
+from dynamix_hvd.replay.throughput import SYNC_MODELS
 
 VALIDATION_SEED_OFFSET = 1000      # eval-replay reports seeds below it; training worlds use >= 1,000,000
 
@@ -103,21 +104,25 @@ def training_workloads(paths: Sequence[str]) -> list[str]:
 
 def validate(paths: Sequence[str], workloads: Sequence[str], traces: Sequence[str], workers: Sequence[int],
              seeds: Sequence[int], jobs: int = 1, cache_path: str | None = None, verbose: bool = True,
-             incumbent: str | None = None) -> tuple[list[dict[str, Any]], str]:
+             incumbent: str | None = None, sync_model: str = "rank") -> tuple[list[dict[str, Any]], str]:
     """Run goodput and every draw on the validation cells (episodes cached as ``eval-replay`` caches
     them), rank the draws (``rank_draws``) and choose one (``keep_draw``); each row also names its
-    ``path`` and ``vs_kept``, its paired interval against the kept draw. Returns (rows, kept path)."""
+    ``path`` and ``vs_kept``, its paired interval against the kept draw; ``sync_model``: the worlds'
+    (``dynamix replay --sync-model``). Returns (rows, kept path)."""
     cache = read_cache(cache_path)
     tags = {"goodput": "goodput", **{p: policy_tag(p) for p in paths}}
     cells = [(w, t, n) for w in workloads for t in traces for n in workers]
-    tasks = [((w, n, t, "goodput" if who == "goodput" else f"ppo:{who}", (s,), "run"),
-              [episode_key(w, t, n, s, tag)])
+
+    def key(w: str, t: str, n: int, s: int, tag: str) -> str:
+        return episode_key(w, t, n, s, tag, sync_model=sync_model)
+    tasks = [((w, n, t, "goodput" if who == "goodput" else f"ppo:{who}", (s,), "run", False, sync_model),
+              [key(w, t, n, s, tag)])
              for w, t, n in cells for who, tag in tags.items() for s in seeds
-             if episode_key(w, t, n, s, tag) not in cache]
+             if key(w, t, n, s, tag) not in cache]
     run_episodes(tasks, cache, jobs, cache_path, verbose)
 
     def per_cell(tag: str) -> dict[Cell, list[float | None]]:
-        return {(w, t, n): [cache[episode_key(w, t, n, s, tag)] for s in seeds] for w, t, n in cells}
+        return {(w, t, n): [cache[key(w, t, n, s, tag)] for s in seeds] for w, t, n in cells}
     times = {p: per_cell(tags[p]) for p in paths}
     ranked = rank_draws(times, per_cell("goodput"))
     kept = keep_draw(ranked, times, incumbent)
@@ -143,6 +148,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"first validation seed (default {VALIDATION_SEED_OFFSET}: eval-replay reports seeds below it)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("--cache", default="", help="episode cache (eval-replay's format; '' = none)")
+    p.add_argument("--sync-model", default="rank", choices=SYNC_MODELS,
+                   help="the validation worlds' sync model (dynamix replay --sync-model)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -172,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     ranked, kept = validate(args.policies, workloads, traces, workers, seeds, args.jobs, args.cache or None,
-                            incumbent=incumbent)
+                            incumbent=incumbent, sync_model=args.sync_model)
     print(f"validation: {len(workloads)} workloads x {len(traces)} traces x N {workers} x seeds "
           f"{seeds[0]}..{seeds[-1]}; median(draw) / median(goodput) per cell"
           + (f"; incumbent {incumbent}" if incumbent else ""))

@@ -49,7 +49,7 @@ def training_world_specs(cfg: dict[str, Any], worlds: int, large_worlds: int = 0
     upper = (max(lo, int(round(math.sqrt(lo * hi)))), hi)
     return [draw_spec(r, tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), tuple(cfg.get("traces") or TRACE_FAMILIES),
                       n_range, float(cfg.get("perturb_prob", 0.7)), gns_model=str(cfg.get("gns_model", "run")),
-                      loss_noise=cfg.get("loss_noise"))
+                      loss_noise=cfg.get("loss_noise"), sync_model=str(cfg.get("sync_model", "rank")))
             for r, n_range in [(rng, (lo, hi))] * worlds + [(rng_large, upper)] * large_worlds]
 
 

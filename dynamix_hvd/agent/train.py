@@ -22,6 +22,7 @@ from dynamix_hvd.agent.reward import RewardWeights
 from dynamix_hvd.agent.run_files import save_run
 from dynamix_hvd.agent.sim import SimConfig
 from dynamix_hvd.replay.sim import GNS_MODELS
+from dynamix_hvd.replay.throughput import SYNC_MODELS
 from dynamix_hvd.state import GROUPS, ObsConfig
 
 PPO_DEFAULTS: dict[str, Any] = dict(
@@ -58,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay: extra cost of ending slower than goodput, x the shortfall (0 = plain return)")
     r.add_argument("--gns-model", default="run", choices=list(GNS_MODELS),
                    help="replay: the worlds' noise-scale model (replay.sim.GNS_MODELS; as `dynamix replay --gns-model`)")
+    r.add_argument("--sync-model", default="rank", choices=list(SYNC_MODELS),
+                   help="replay: the worlds' sync model (replay.throughput.SYNC_MODELS; as `dynamix replay --sync-model`)")
     r.add_argument("--loss-noise", default="", metavar="LO,HI", type=_loss_noise_arg,
                    help="replay: draw each world's loss-trend observation noise log-uniform in [LO, HI] (default: "
                         "off, the evaluation worlds' 0.005; live trends are steeper and noisier, session 45)")

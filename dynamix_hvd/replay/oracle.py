@@ -30,7 +30,6 @@ import numpy as np
 
 from dynamix_hvd.replay.progress import ProgressModel
 from dynamix_hvd.replay.sim import ReplaySim
-from dynamix_hvd.replay.throughput import equal_time_totals
 from dynamix_hvd.safety import MoveLimits, global_range
 
 N_GRID = 24
@@ -105,11 +104,8 @@ def _estimates(sim: ReplaySim, cands: np.ndarray, cumC: np.ndarray, T: np.ndarra
 
 def _equal_time(sim: ReplaySim, h: np.ndarray, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Step time and continuous split of each candidate global batch at compute multipliers
-    ``h`` under the simulator's links now: h compute + L sync + a = L (h/L compute + sync) + a,
-    so the equal-time split of h/L is the same split, its time scaled by L and shifted by a."""
-    L = sim.link.mult
-    T, cont = equal_time_totals(sim.tp.envelope(h / L), sim.tp.grid, cands)
-    return sim.link.apply(T), cont
+    ``h`` under the simulator's links now (``ThroughputModel.equal_time``)."""
+    return sim.tp.equal_time(h, cands, sim.link)
 
 
 def _multipliers(sim: ReplaySim, step0: int, K: int) -> np.ndarray:

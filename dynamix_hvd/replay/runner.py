@@ -28,7 +28,7 @@ import json
 import math
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -40,7 +40,7 @@ from dynamix_hvd.replay.paired import INTERVAL, ratio_interval
 from dynamix_hvd.replay.progress import build_progress
 from dynamix_hvd.replay.sim import GNS_MODELS, ReplaySim
 from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
-from dynamix_hvd.replay.throughput import build_throughput
+from dynamix_hvd.replay.throughput import SYNC_MODELS, build_throughput
 from dynamix_hvd.traces import DATA_DIR, load_pollux
 
 CONTROLLERS = ("static", "proportional", "goodput", "adaptdl", "ppo", "random", "causal", "causal_blind", "causal4", "causal_safe",
@@ -77,19 +77,20 @@ class World:
 
 def make_world(workload: str, speed_trace: str, n: int, speeds: Sequence[float] | None = None,
                target: float | None = None, interval_steps: int | None = None,
-               base_batch: int | None = None, gns_model: str = "run") -> World:
+               base_batch: int | None = None, gns_model: str = "run", sync_model: str = "rank") -> World:
     if not 1 <= n:
         raise ValueError(f"--workers {n}: must be >= 1")
     wl = load_pollux(resolve_workload(workload))
     pm = build_progress(wl, target)
     tp = build_throughput(wl.throughput, n)
     tr = load_speed_trace(resolve_trace(speed_trace))
-    return World(wl.name, ReplaySim(pm, tp, tr, n, speeds, interval_steps, base_batch, gns_model=gns_model), tr)
+    return World(wl.name, ReplaySim(pm, tp, tr, n, speeds, interval_steps, base_batch, gns_model=gns_model,
+                                    sync_model=sync_model), tr)
 
 
 def make_scenario_world(workload: str, scenario: str, target: float | None = None,
                         interval_steps: int | None = None, base_batch: int | None = None,
-                        time_scale: str | float = "auto", log: Any = print) -> World:
+                        time_scale: str | float = "auto", log: Any = print, sync_model: str = "rank") -> World:
     """The replay world of a live scenario on a measured workload (``replay/scenario.py``)."""
     from dynamix_hvd.emulate.scenario import load_scenario
     from dynamix_hvd.replay.scenario import ScenarioDynamics, describe, gradient_bytes, is_captured
@@ -100,6 +101,8 @@ def make_scenario_world(workload: str, scenario: str, target: float | None = Non
     pm = build_progress(wl, target)
     n = sc.world_size
     tp = build_throughput(wl.throughput, n)
+    if sync_model != tp.sync_model:
+        tp = replace(tp, sync_model=sync_model)
     captured = is_captured(wdir, sc)
     dyn = ScenarioDynamics(sc, gradient_bytes(sc), captured)
     if base_batch is None:
@@ -252,7 +255,7 @@ def replay(world: World, controllers: Sequence[str], seeds: Sequence[int], guard
     pm = sim.pm
     extra = {"scenario": sim.scenario_info} if sim.scenario_info else {}
     return {"workload": world.name, "workers": sim.n, "target_metric": pm.target, "controllers": res, **extra,
-            "settings": {"speed_trace": world.trace.label, "gns_model": sim.gns_model, "seeds": list(seeds), "guard": guard,
+            "settings": {"speed_trace": world.trace.label, "gns_model": sim.gns_model, "sync_model": sim.tp.sync_model, "seeds": list(seeds), "guard": guard,
                          "metric_increases": pm.increasing,
                          "start_metric": pm.start, "base_batch": sim.base_batch, "interval_steps": sim.interval_steps,
                          "bounds": {"min_global_batch": sim.bounds().min_global_batch,
@@ -293,6 +296,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the noise scale the job measures: 'run' (the run measured at the batch running, as the "
                         "Pollux artifact's simulator; it jumps when the batch changes) or 'continuous' (its level "
                         "carries over a batch change, its trend follows the running batch's run); not with --scenario")
+    p.add_argument("--sync-model", default="rank", choices=SYNC_MODELS,
+                   help="whose compute hides the allreduce: 'rank' (each rank is charged the sync measured at its own "
+                        "local batch) or 'collective' (every rank the sync measured where the compute lasts as long "
+                        "as the slowest rank's: an allreduce leaves at the pacing rank's pace; docs/replay.md)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -318,13 +325,13 @@ def run(args: argparse.Namespace) -> int:
                 if not (ts > 0 and math.isfinite(ts)):
                     raise ValueError(f"--time-scale {args.time_scale!r}: 'auto' or a number > 0")
             world = make_scenario_world(args.workload, args.scenario, args.target, args.interval_steps,
-                                        args.base_batch, args.time_scale)
+                                        args.base_batch, args.time_scale, sync_model=args.sync_model)
         else:
             missing = [f for f, v in (("--speed-trace", args.speed_trace), ("--workers", args.workers)) if v is None]
             if missing:
                 raise ValueError(f"{', '.join(missing)}: required (or give --scenario)")
             world = make_world(args.workload, args.speed_trace, args.workers, speeds, args.target,
-                               args.interval_steps, args.base_batch, args.gns_model)
+                               args.interval_steps, args.base_batch, args.gns_model, args.sync_model)
     except ValueError as exc:      # TraceError and ScenarioError are ValueErrors
         print(f"dynamix replay: {exc}")
         return 2

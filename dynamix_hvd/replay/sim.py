@@ -27,7 +27,7 @@ steps, and the ramp of every controller that grows the global batch took 25x lon
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -71,6 +71,7 @@ class Interval:
     lengths: np.ndarray    # (C,)
     step_mean: float
     link: Link = NO_LINK    # the links over the interval (step-weighted mean; a scenario's links)
+    sync: np.ndarray | None = None   # (N,) step-weighted exposed sync ("collective" sync model; else from b)
 
 
 LOSS_NOISE = 0.005                    # the loss trend's observation noise in every evaluation world
@@ -82,7 +83,10 @@ class ReplaySim:
                  speeds: Sequence[float] | None = None, interval_steps: int | None = None,
                  base_batch: int | None = None, budget_factor: float = 20.0, deadband: float = 0.05,
                  dynamics: Any = None, caps: Sequence[int] | None = None, gns_model: str = "run",
-                 loss_noise: float = LOSS_NOISE) -> None:
+                 loss_noise: float = LOSS_NOISE, sync_model: str | None = None) -> None:
+        # sync_model (throughput.SYNC_MODELS): whose compute hides the allreduce; None keeps tp's
+        if sync_model is not None and sync_model != tp.sync_model:
+            tp = replace(tp, sync_model=sync_model)
         self.pm, self.tp, self.trace, self.n = progress, tp, trace, int(n)
         self.max_global_batch: int | None = None   # the live hook's cap (set for a scenario), None: the traces' range
         self.dyn = dynamics      # replay.scenario.ScenarioDynamics: hardware, links, events in time
@@ -186,24 +190,29 @@ class ReplaySim:
         reached = steps_needed <= self.interval_steps
         lengths, F = self.fluct.chunks(t, steps)
         link = NO_LINK
+        sync = None
         if self.dyn is None:
-            tau = self.tp.rank_times(F * self.hw, b)
+            H = F * self.hw
+            tau = self.tp.rank_times(H, b)
         else:
-            lengths, tau, link = self._timeline(b, self.time if time is None else time, lengths, F)
+            lengths, tau, link, H = self._timeline(b, self.time if time is None else time, lengths, F)
+        if self.tp.sync_model == "collective":       # what each rank measures: the pacing compute's exposure
+            sync = (lengths @ (tau - self.tp.compute_times(H, b))) / steps
         elapsed = float(lengths @ tau.max(axis=1))
         newP = float(self.K) if reached else ProgressModel.advance1(P, self._cum_list[B], steps * B)
-        return Interval(steps, elapsed, newP, reached, tau, lengths, elapsed / steps, link)
+        return Interval(steps, elapsed, newP, reached, tau, lengths, elapsed / steps, link, sync)
 
     def _timeline(self, b: np.ndarray, time0: float, lengths: np.ndarray, F: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, Link]:
+                  ) -> tuple[np.ndarray, np.ndarray, Link, np.ndarray]:
         """Chunks split where a scenario event's time falls (the step it falls in runs at the old
-        state): (lengths, (C, N) rank times, the step-weighted mean link)."""
+        state): (lengths, (C, N) rank times, the step-weighted mean link, (C, N) compute multipliers)."""
         dyn, T = self.dyn, time0
-        ls, taus, links = [], [], []
+        ls, taus, links, hs = [], [], [], []
         for ell, f in zip(lengths.astype(int), F):
             while ell > 0:
                 st = dyn.state_at(T)
                 tau = self.tp.rank_times(f * st.hw, b, st.link)
+                hs.append(f * st.hw)
                 d = float(tau.max())
                 nxt = dyn.next_change(T)
                 k = ell if T + ell * d < nxt else min(ell, max(1, math.ceil((nxt - T) / d - 1e-12)))
@@ -213,7 +222,7 @@ class ReplaySim:
                 T += k * d
                 ell -= k
         L = np.asarray(ls)
-        return L, np.asarray(taus), Link.mean(links, L)
+        return L, np.asarray(taus), Link.mean(links, L), np.asarray(hs)
 
     def step(self, sizes: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """Run and commit one interval; returns the raw per-rank measurements and the job stats."""
@@ -236,7 +245,7 @@ class ReplaySim:
         n = self.n
         z = self.noise.standard_normal(3 * n + 4)
         sig = self.tp.timing_sigma
-        sync = iv.link.apply(self.tp.sync_at(b))
+        sync = iv.link.apply(self.tp.sync_at(b)) if iv.sync is None else iv.sync
         mult = np.exp(sig * z[:3 * n])
         compute = (iv.lengths @ iv.tau) / iv.steps - sync
         raw = self._raw_template.copy()

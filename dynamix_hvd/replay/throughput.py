@@ -24,6 +24,19 @@ the synchronous step takes ``max_i tau_i(b_i)``. At equal batches, h = 1 and a m
 is the measured step time. The measurements are not always monotone in b (ncf: 36.4 ms at 513,
 34.6 ms at 725 for 16 replicas); the physics keeps them as measured, and the oracle's split uses
 their running maximum (``envelope``), which is never below the true time.
+
+That is the ``"rank"`` sync model: each rank is charged the sync measured at *its own* local batch.
+The measured sync is the allreduce time a longer backward did not hide (cifar10, 8 replicas: 150 ms
+at 32 samples per rank, 6 ms at 513), and an allreduce is collective: its buckets leave when the
+slowest rank has produced them, so what stays exposed depends on how long the pacing rank's backward
+lasts in wall time, not on how many samples it holds. A slow rank (h = 4) at a small batch computes
+as long as a fast one at a large batch, and hides as much. The ``"collective"`` model charges that:
+``tau_i = h_i compute_N(b_i) + S``, with S the sync measured at the local batch b_eq whose (h = 1)
+compute lasts as long as the pacing rank's, T_c = max_i h_i compute_N(b_i): b_eq = the compute's
+running maximum inverted at T_c, and never below the pacing rank's own batch (where the measured
+compute is not monotone in b, as ncf's, the inversion lands earlier; a rank at h = 1 then keeps the
+sync measured at its own batch). At h = 1 and equal batches it is the measured step time, as the
+"rank" model is; on a heterogeneous cluster the equal-compute split is the equal-time split.
 """
 from __future__ import annotations
 
@@ -75,6 +88,7 @@ class Link:
 
 
 NO_LINK = Link()
+SYNC_MODELS = ("rank", "collective")   # ThroughputModel.sync_model: whose compute hides the allreduce
 
 
 @dataclass
@@ -88,24 +102,69 @@ class ThroughputModel:
     idx: np.ndarray        # (cap+1,) segment index of each integer local batch
     w: np.ndarray          # (cap+1,) position inside the segment
     timing_sigma: float    # spread of repeated measurements (relative), used as timing noise
+    sync_model: str = "rank"   # SYNC_MODELS: "rank" (each rank's own batch) or "collective" (the pacing compute)
 
     def __post_init__(self) -> None:
+        if self.sync_model not in SYNC_MODELS:
+            raise ValueError(f"sync_model={self.sync_model!r}: expected one of {SYNC_MODELS}")
         self.cap = int(self.grid[-1])
+        # the compute's running maximum, made strictly increasing, to invert: the local batch whose
+        # compute takes T (the "collective" model's exposed sync)
+        c = np.maximum.accumulate(np.asarray(self.compute, dtype=float))
+        self._c_inv = c + np.arange(c.size) * (1e-12 * max(1.0, float(c.max())))
 
     def envelope(self, h: np.ndarray) -> np.ndarray:
-        """(..., L) running max of h compute + sync for multipliers h of shape (...)."""
+        """(..., L) running max of h compute + sync for multipliers h of shape (...) ("rank" model)."""
         h = np.asarray(h, dtype=float)
         return np.maximum.accumulate(h[..., None] * self.compute + self.sync, axis=-1)
 
+    def exposed(self, comp: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """("collective") The exposed sync (..., 1) of ranks with compute times ``comp`` (..., N) at local
+        batches ``b`` (broadcastable): the sync measured at the batch whose h = 1 compute lasts as long
+        as the pacing rank's, and not below that rank's own batch."""
+        comp = np.asarray(comp, dtype=float)
+        p = np.argmax(comp, axis=-1)[..., None]
+        b_p = np.take_along_axis(np.broadcast_to(np.asarray(b, dtype=float), comp.shape), p, axis=-1)
+        b_eq = np.maximum(b_p, np.interp(np.take_along_axis(comp, p, axis=-1), self._c_inv, self.grid))
+        return np.interp(b_eq, self.grid, self.sync)
+
     def rank_times(self, h: np.ndarray, b: np.ndarray, link: Link = NO_LINK) -> np.ndarray:
         """tau_i(b_i) for multipliers h (C, N) (or (N,)) and integer local batches b (N,); the sync
-        time is the measured one under ``link``."""
-        U = np.asarray(h, dtype=float)[..., None] * self.compute + (self.sync if link == NO_LINK else link.apply(self.sync))
+        time is the measured one under ``link`` (``sync_model``)."""
+        if self.sync_model == "collective":
+            comp = self.compute_times(h, b)
+            return comp + self.sync_times(comp, b, link)
         b = np.asarray(b, dtype=np.int64)
         j, w = self.idx[b], self.w[b]
         r = self._ranks(b.size)
+        U = np.asarray(h, dtype=float)[..., None] * self.compute + (self.sync if link == NO_LINK else link.apply(self.sync))
         u0, u1 = U[..., r, j], U[..., r, j + 1]
         return u0 + w * (u1 - u0)
+
+    def compute_times(self, h: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """h_i compute_N(b_i) for multipliers h (C, N) (or (N,)) and integer local batches b (N,)."""
+        b = np.asarray(b, dtype=np.int64)
+        j, w = self.idx[b], self.w[b]
+        return np.asarray(h, dtype=float) * (self.compute[j] + w * (self.compute[j + 1] - self.compute[j]))
+
+    def sync_times(self, comp: np.ndarray, b: np.ndarray, link: Link = NO_LINK) -> np.ndarray:
+        """("collective") Every rank's exposed sync for per-rank compute times ``comp`` (..., N) at local
+        batches ``b``: the pacing rank's (``exposed``) under ``link``, the same for all ranks."""
+        comp = np.asarray(comp, dtype=float)
+        return np.broadcast_to(link.apply(self.exposed(comp, b)), comp.shape)
+
+    def equal_time(self, h: np.ndarray, totals: np.ndarray, link: Link = NO_LINK) -> tuple[np.ndarray, np.ndarray]:
+        """Step time and continuous split of each global batch in ``totals`` that equalises the ranks'
+        times at multipliers ``h`` (N,) under ``link``: ("rank") h compute + L sync + a = L (h/L compute
+        + sync) + a, so the split of h/L is the same and its time is scaled by L and shifted by a;
+        ("collective") the equal-compute split, its time T_c + S(T_c)."""
+        h = np.asarray(h, dtype=float)
+        if self.sync_model == "collective":
+            Tc, cont = equal_time_totals(np.maximum.accumulate(h[:, None] * self.compute, axis=-1), self.grid, totals)
+            comp = h * np.stack([np.interp(cont[:, i], self.grid, self.compute) for i in range(h.size)], axis=1)
+            return Tc + link.apply(self.exposed(comp, cont))[:, 0], cont
+        T, cont = equal_time_totals(self.envelope(h / link.mult), self.grid, totals)
+        return link.apply(T), cont
 
     def _ranks(self, n: int) -> np.ndarray:
         r = getattr(self, "_r", None)

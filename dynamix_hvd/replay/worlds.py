@@ -32,7 +32,7 @@ import numpy as np
 from dynamix_hvd.replay.progress import ProgressModel, build_progress
 from dynamix_hvd.replay.sim import GNS_MODELS, LOSS_NOISE, ReplaySim
 from dynamix_hvd.replay.speeds import SpeedTrace, load_speed_trace
-from dynamix_hvd.replay.throughput import ThroughputModel, build_throughput
+from dynamix_hvd.replay.throughput import SYNC_MODELS, ThroughputModel, build_throughput
 
 SHIPPED_WORKLOADS = ("bert", "cifar10", "deepspeech2", "ncf")
 TRACE_FAMILIES = ("none", "job_2_norm", "job_3_norm", "cov:coefficient_variation", "synthetic")
@@ -62,18 +62,22 @@ class WorldSpec:
     pert: Perturbation = field(default_factory=Perturbation)
     gns_model: str = "run"          # ReplaySim(gns_model=...): how the measured noise scale moves
     loss_noise: float = LOSS_NOISE  # ReplaySim(loss_noise=...): the loss trend's observation noise
+    sync_model: str = "rank"        # ReplaySim(sync_model=...): whose compute hides the allreduce
 
     def __post_init__(self) -> None:
         if self.gns_model not in GNS_MODELS:
             raise ValueError(f"gns_model={self.gns_model!r}: expected one of {GNS_MODELS}")
+        if self.sync_model not in SYNC_MODELS:
+            raise ValueError(f"sync_model={self.sync_model!r}: expected one of {SYNC_MODELS}")
 
     def key(self) -> tuple:
-        return (self.workload, self.n, self.trace, self.seed, self.pert, self.gns_model, self.loss_noise)
+        return (self.workload, self.n, self.trace, self.seed, self.pert, self.gns_model, self.loss_noise, self.sync_model)
 
     def label(self) -> str:
         return (f"{self.workload}/{self.trace}/N={self.n}/s{self.seed}" + ("" if self.pert.identity else "/pert")
                 + ("" if self.gns_model == "run" else f"/gns={self.gns_model}")
-                + ("" if self.loss_noise == LOSS_NOISE else f"/loss_noise={self.loss_noise:.3g}"))
+                + ("" if self.loss_noise == LOSS_NOISE else f"/loss_noise={self.loss_noise:.3g}")
+                + ("" if self.sync_model == "rank" else f"/sync={self.sync_model}"))
 
 
 # ---------------------------------------------------------------------- perturbations
@@ -99,7 +103,8 @@ def with_cap(tp: ThroughputModel, cap: int) -> ThroughputModel:
     bs = np.arange(cap + 1, dtype=float)
     idx = np.clip(np.searchsorted(grid, bs, side="right") - 1, 0, grid.size - 2)
     w = np.clip((bs - grid[idx]) / (grid[idx + 1] - grid[idx]), 0.0, 1.0)
-    return ThroughputModel(tp.n, grid, tp.compute[keep], tp.sync[keep], idx.astype(np.int64), w, tp.timing_sigma)
+    return ThroughputModel(tp.n, grid, tp.compute[keep], tp.sync[keep], idx.astype(np.int64), w, tp.timing_sigma,
+                           tp.sync_model)
 
 
 def perturb_throughput(tp: ThroughputModel, p: Perturbation) -> ThroughputModel:
@@ -160,7 +165,8 @@ def build_sim(spec: WorldSpec) -> ReplaySim:
         trace = synthetic_trace(spec.n, np.random.default_rng([spec.seed, 11]))
     else:
         trace = _trace(spec.trace)
-    return ReplaySim(pm, tp, trace, spec.n, gns_model=spec.gns_model, loss_noise=spec.loss_noise)
+    return ReplaySim(pm, tp, trace, spec.n, gns_model=spec.gns_model, loss_noise=spec.loss_noise,
+                     sync_model=spec.sync_model)
 
 
 def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Perturbation:
@@ -182,7 +188,8 @@ def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Pertur
 
 def draw_spec(rng: np.random.Generator, workloads: Sequence[str], traces: Sequence[str] = TRACE_FAMILIES,
               n_range: tuple[int, int] = (2, 64), perturb_prob: float = 0.7, seed_base: int = 1_000_000,
-              gns_model: str = "run", loss_noise: tuple[float, float] | None = None) -> WorldSpec:
+              gns_model: str = "run", loss_noise: tuple[float, float] | None = None,
+              sync_model: str = "rank") -> WorldSpec:
     """One training world: workload and trace uniform, N log-uniform in ``n_range``, a perturbation
     with probability ``perturb_prob``; seeds from ``seed_base`` up (evaluation uses seeds below it).
     ``loss_noise`` (lo, hi): the loss trend's observation noise log-uniform in it (drawn last, so
@@ -197,7 +204,7 @@ def draw_spec(rng: np.random.Generator, workloads: Sequence[str], traces: Sequen
     if loss_noise is not None:
         lo_n, hi_n = check_loss_noise(loss_noise)
         noise = float(math.exp(rng.uniform(math.log(lo_n), math.log(hi_n))))
-    return WorldSpec(wl, n, tr, seed, pert, gns_model, noise)
+    return WorldSpec(wl, n, tr, seed, pert, gns_model, noise, sync_model)
 
 
 def parse_loss_noise(text: str | None) -> tuple[float, float] | None:
