@@ -92,14 +92,16 @@ def _keyed_options(opts: str) -> str:
     return "&".join(kv for kv in parts if not (kv.startswith("warmup=") and kv[7:].isdigit() and int(kv[7:]) == 0))
 
 
-# (world, keys, cache); a world of six (no guard flag: the controller alone, select_draw's) or seven
+# (world, keys, cache); a world of six (no guard flag: the controller alone), seven (+ guard) or eight
+# (+ the sync model, throughput.SYNC_MODELS; without it "rank")
 World6 = tuple[str, int, str, str, tuple[int, ...], str]
-Task = tuple[World6 | tuple[str, int, str, str, tuple[int, ...], str, bool], list[str], str | None]
+Task = tuple[World6 | tuple[str, int, str, str, tuple[int, ...], str, bool]
+             | tuple[str, int, str, str, tuple[int, ...], str, bool, str], list[str], str | None]
 
 
 def _run_task(task: Task) -> dict[str, float | None]:
     (wl, n, trace, ctl, seeds, gns_model, *rest), keys, cache_path = task
-    guard = bool(rest[0]) if rest else False      # (a task of six: the controller alone, select_draw's)
+    guard = bool(rest[0]) if rest else False      # (a task of six: the controller alone)
     sync_model = str(rest[1]) if len(rest) > 1 else "rank"
     from dynamix_hvd.replay.runner import run_one
     from dynamix_hvd.replay.worlds import WorldSpec, build_sim

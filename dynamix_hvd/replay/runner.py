@@ -341,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
     Path(args.out).write_text(json.dumps(out, indent=2))
     hs = out["controllers"].get("hindsight", {}).get("median")
     print(f"{out['workload']}, N={out['workers']}, target {out['target_metric']:.4g}, {args.seeds} seeds, "
-          f"speed trace {world.trace.label}")
+          f"speed trace {world.trace.label}" + ("" if args.sync_model == "rank" else f", sync model {args.sync_model}"))
     for c, r in out["controllers"].items():
         rel = f"  ({r['median'] / hs:.2f}x hindsight)" if hs and r["median"] else ""
         med = f"{r['median']:.1f} s" if r["median"] is not None else "not reached"
