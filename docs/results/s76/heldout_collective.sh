@@ -1,9 +1,6 @@
 # session 76: the shipped default's held-out figures (leave-one-out, YOLOv3, ImageNet) in the collective-sync world
-set -e
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
-export PYTHONPATH=$PWD
-D() { .venv/bin/python -m dynamix_hvd.cli "$@"; }
-CELLS="--traces none,job_3_norm,cov:coefficient_variation --workers 8,32"
+# the header (repository root, D, CELLS) is session 75's
+source "$(dirname "${BASH_SOURCE[0]}")/../s75/common.sh"
 C="--guard off --sync-model collective --cache runs/s76/eval_cache.json --jobs 2"
 for W in bert cifar10 deepspeech2 ncf; do     # session 74's leave-one-out draws (runs/s74, docs/results/s74/loo.sh)
   D eval-replay --workloads $W --seeds 20 --seed-offset 5 $CELLS $C --policies-only --oracles goodput \

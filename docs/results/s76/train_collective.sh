@@ -1,9 +1,7 @@
 # session 76: the shipped recipe (mem_use_s0's command) trained in the collective-sync world, two seeds, each with its box
-set -e
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
-export PYTHONPATH=$PWD
-D() { .venv/bin/python -m dynamix_hvd.cli "$@"; }
-RECIPE="--world replay --method imitate --disable system,network --enable mem_use --history 0 --dagger-iters 3 --worlds-per-iter 20 --epochs 20 --horizon 20 --threads 1 --pass-hold --balance worlds --pass-action --pass-only"
+# the header (repository root, D, RECIPE without its action flags, CELLS) is session 75's
+source "$(dirname "${BASH_SOURCE[0]}")/../s75/common.sh"
+RECIPE="$RECIPE --disable system,network --enable mem_use --pass-action --pass-only"
 mkdir -p runs/s76
 one() {  # seed
   D train-policy $RECIPE --sync-model collective --seed $1 --out runs/s76/coll_s$1.zip > runs/s76/coll_s$1.log 2>&1
