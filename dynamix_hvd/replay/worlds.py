@@ -169,10 +169,31 @@ def build_sim(spec: WorldSpec) -> ReplaySim:
                      sync_model=spec.sync_model)
 
 
-def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Perturbation:
+WARP_MIN = -0.15       # draw_perturbation: the batch warp's lowest first exponent (the recipe's default)
+WARP_MAX = 0.25
+
+
+def check_warp_min(warp_min: float) -> float:
+    """``warp_min`` as a float in [-1, WARP_MAX); anything else raises ValueError naming it."""
+    try:
+        v = float(warp_min)
+    except (TypeError, ValueError):
+        raise ValueError(f"warp_min={warp_min!r}: expected a number in [-1, {WARP_MAX})") from None
+    if not (-1.0 <= v < WARP_MAX):
+        raise ValueError(f"warp_min={warp_min!r}: expected a number in [-1, {WARP_MAX})")
+    return v
+
+
+def draw_perturbation(rng: np.random.Generator, strength: float = 1.0, warp_min: float = WARP_MIN) -> Perturbation:
+    """A random perturbation of a workload. The batch warp multiplies the samples a level needs at
+    global batch B by (B / B_0)^g, g rising from ``warp[0]`` to ``warp[0] + warp[1]`` over the levels;
+    ``warp[0]`` is uniform in [``warp_min``, WARP_MAX): a ``warp_min`` below the default also draws
+    workloads whose large batches cost few more samples than small ones (session 77: ncf's curves are flat
+    over 128x the batch, YOLOv3's over 16x; with g >= -0.3 no perturbed bert, cifar10 or deepspeech2
+    comes near), with a noise scale that follows the warp."""
     def logu(lo: float, hi: float) -> float:
         return float(math.exp(rng.uniform(math.log(lo), math.log(hi)) * strength))
-    warp = (float(rng.uniform(-0.15, 0.25) * strength), float(rng.uniform(-0.15, 0.3) * strength))
+    warp = (float(rng.uniform(warp_min, WARP_MAX) * strength), float(rng.uniform(-0.15, 0.3) * strength))
     return Perturbation(
         sample_scale=logu(0.5, 2.0),
         batch_warp=warp,
@@ -189,16 +210,17 @@ def draw_perturbation(rng: np.random.Generator, strength: float = 1.0) -> Pertur
 def draw_spec(rng: np.random.Generator, workloads: Sequence[str], traces: Sequence[str] = TRACE_FAMILIES,
               n_range: tuple[int, int] = (2, 64), perturb_prob: float = 0.7, seed_base: int = 1_000_000,
               gns_model: str = "run", loss_noise: tuple[float, float] | None = None,
-              sync_model: str = "rank") -> WorldSpec:
+              sync_model: str = "rank", warp_min: float = WARP_MIN) -> WorldSpec:
     """One training world: workload and trace uniform, N log-uniform in ``n_range``, a perturbation
     with probability ``perturb_prob``; seeds from ``seed_base`` up (evaluation uses seeds below it).
     ``loss_noise`` (lo, hi): the loss trend's observation noise log-uniform in it (drawn last, so
-    without it the draws are those of earlier sessions); None: ``sim.LOSS_NOISE``."""
+    without it the draws are those of earlier sessions); None: ``sim.LOSS_NOISE``. ``warp_min``: the
+    perturbation's lowest batch warp (``draw_perturbation``)."""
     wl = str(workloads[int(rng.integers(len(workloads)))])
     tr = str(traces[int(rng.integers(len(traces)))])
     lo, hi = n_range
     n = int(np.clip(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.49)))), lo, hi))
-    pert = draw_perturbation(rng) if rng.random() < perturb_prob else Perturbation()
+    pert = draw_perturbation(rng, warp_min=warp_min) if rng.random() < perturb_prob else Perturbation()
     seed = int(seed_base + rng.integers(1 << 30))
     noise = LOSS_NOISE
     if loss_noise is not None:

@@ -1,0 +1,72 @@
+"""The perturbations' lowest batch warp (``train-policy --warp-min``, session 77): the default draws are
+those of every earlier recipe, a lower bound draws flatter workloads, and a policy records and
+rolls out in the range it was trained on."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dynamix_hvd.agent.imitate import draw_worlds
+from dynamix_hvd.agent.replay_env import ReplayEnvConfig
+from dynamix_hvd.agent.support_fit import training_world_specs
+from dynamix_hvd.replay.worlds import WARP_MIN, WorldSpec, build_sim, draw_perturbation, draw_spec
+
+
+def _warps(warp_min: float, k: int = 400) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return np.array([draw_perturbation(rng, warp_min=warp_min).batch_warp[0] for _ in range(k)])
+
+
+def test_the_default_range_draws_the_earlier_recipes_worlds():
+    # the same generator state gives the same worlds with the default passed or left out: the earlier
+    # recipes (and the shipped default's support, recorded by rollouts in them) are drawn as before
+    rng1, rng2 = np.random.default_rng(11), np.random.default_rng(11)
+    assert [draw_spec(rng1, ("bert", "cifar10")) for _ in range(30)] == \
+        [draw_spec(rng2, ("bert", "cifar10"), warp_min=WARP_MIN) for _ in range(30)]
+    w = _warps(WARP_MIN)
+    assert w.min() >= WARP_MIN and w.max() < 0.25
+
+
+def test_a_lower_bound_draws_flatter_workloads_and_only_the_warp_moves():
+    low, default = _warps(-0.5), _warps(WARP_MIN)
+    assert low.min() < -0.4 and (low < WARP_MIN).mean() > 0.3
+    # the generator is consumed alike: every other field of the perturbation is the same draw
+    r1, r2 = np.random.default_rng(5), np.random.default_rng(5)
+    p1, p2 = draw_perturbation(r1, warp_min=-0.5), draw_perturbation(r2)
+    assert (p1.sample_scale, p1.compute_scale, p1.sync_scale, p1.cap_frac) == \
+        (p2.sample_scale, p2.compute_scale, p2.sync_scale, p2.cap_frac)
+    assert p1.batch_warp[0] < p2.batch_warp[0]
+    assert default.mean() > low.mean()
+
+
+def test_a_flat_warp_makes_large_batches_cost_fewer_samples():
+    # cifar10's last level at 32x the smallest batch costs ~3x its samples; a warp of -0.33 flattens it
+    def ratio(pert) -> float:
+        sim = build_sim(WorldSpec("cifar10", 8, "none", 0, pert))
+        cum = sim.pm.cum[:, -1]
+        return float(cum[-1] / cum[0])
+    from dynamix_hvd.replay.worlds import Perturbation
+    assert ratio(Perturbation()) > 2.5
+    assert ratio(Perturbation(batch_warp=(-0.33, 0.0))) < 1.2
+
+
+def test_a_policy_trained_with_a_lower_bound_draws_and_records_it():
+    cfg = ReplayEnvConfig(warp_min=-0.5)
+    worlds = draw_worlds(cfg, np.random.default_rng(0), 60)
+    assert min(w.pert.batch_warp[0] for w in worlds) < WARP_MIN
+    d = cfg.to_dict()
+    assert d["warp_min"] == -0.5
+    # the support's rollouts are drawn in the range the policy was trained in (its file's dynamix_config)
+    specs = training_world_specs(d, 60, 0)
+    assert min(w.pert.batch_warp[0] for w in specs) < WARP_MIN
+    assert min(w.pert.batch_warp[0] for w in training_world_specs(ReplayEnvConfig().to_dict(), 60, 0)) >= WARP_MIN
+    # a default-range policy's configuration is as before (no new key in its file)
+    assert "warp_min" not in ReplayEnvConfig().to_dict()
+
+
+@pytest.mark.parametrize("bad", [0.25, 1.0, -1.5, "flat", float("nan")])
+def test_a_bad_bound_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match="warp_min="):
+        ReplayEnvConfig(warp_min=bad)
+    with pytest.raises(ValueError, match="warp_min="):
+        training_world_specs({"warp_min": bad}, 1)
