@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dynamix_hvd.replay.worlds import TRACE_FAMILIES, WARP_MIN, WorldSpec, build_sim, draw_spec
+from dynamix_hvd.replay.worlds import TRACE_FAMILIES, PerturbRange, WorldSpec, build_sim, draw_spec
 
 
 @dataclass
@@ -53,7 +53,7 @@ class WorldPool:
                  p_new: float = 0.3, min_size: int = 16, w_min: float = 0.05, w_max: float = 0.7,
                  curriculum: bool = True, gns_model: str = "run",
                  loss_noise: tuple[float, float] | None = None, sync_model: str = "rank",
-                 warp_min: float = WARP_MIN) -> None:
+                 ranges: PerturbRange = PerturbRange()) -> None:
         if not workloads:
             raise ValueError("WorldPool: no workloads to draw from")
         self.workloads, self.traces = tuple(workloads), tuple(traces)
@@ -62,13 +62,13 @@ class WorldPool:
         self.p_new, self.min_size = p_new, min_size
         self.w_min, self.w_max, self.curriculum = w_min, w_max, curriculum
         self.gns_model, self.loss_noise, self.sync_model = gns_model, loss_noise, sync_model
-        self.warp_min = warp_min
+        self.ranges = ranges
         self.entries: list[PoolEntry] = []
 
     def new_entry(self) -> PoolEntry:
         spec = draw_spec(self.rng, self.workloads, self.traces, self.n_range, self.perturb_prob,
                          gns_model=self.gns_model, loss_noise=self.loss_noise, sync_model=self.sync_model,
-                         warp_min=self.warp_min)
+                         ranges=self.ranges)
         e = reference_times(spec, hindsight=self.curriculum)
         self.entries.append(e)
         return e

@@ -308,7 +308,7 @@ def accuracy(policy: Any, samples: Sequence[Sample]) -> float:
 
 def draw_worlds(cfg: ReplayEnvConfig, rng: np.random.Generator, count: int) -> list[WorldSpec]:
     return [draw_spec(rng, cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob, gns_model=cfg.gns_model,
-                      loss_noise=cfg.loss_noise, sync_model=cfg.sync_model, warp_min=cfg.warp_min)
+                      loss_noise=cfg.loss_noise, sync_model=cfg.sync_model, ranges=cfg.ranges)
             for _ in range(count)]
 
 

@@ -46,8 +46,8 @@ from dynamix_hvd.decide import decide_plan
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.reward import RewardWeights
 from dynamix_hvd.replay.throughput import SYNC_MODELS
-from dynamix_hvd.replay.worlds import (SHIPPED_WORKLOADS, TRACE_FAMILIES, WARP_MIN, WorldSpec, build_sim, check_loss_noise,
-                                      check_warp_min)
+from dynamix_hvd.replay.worlds import (SHIPPED_WORKLOADS, TRACE_FAMILIES, PerturbRange, WorldSpec, build_sim,
+                                      check_loss_noise)
 from dynamix_hvd.safety import MoveLimits
 from dynamix_hvd.controllers.policy.refute import RefutedDepartures
 from dynamix_hvd.state import N_FEATURES, ObsConfig, pad_rows
@@ -72,10 +72,9 @@ class ReplayEnvConfig:
     gns_model: str = "run"             # the worlds' noise-scale model (replay.sim.GNS_MODELS)
     loss_noise: tuple[float, float] | None = None   # the loss trend's noise drawn per world in (lo, hi)
     sync_model: str = "rank"           # the worlds' sync model (replay.throughput.SYNC_MODELS)
-    warp_min: float = WARP_MIN         # the perturbations' lowest batch warp (replay.worlds.draw_perturbation)
+    ranges: PerturbRange = field(default_factory=PerturbRange)   # the perturbations' ranges (replay.worlds)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "warp_min", check_warp_min(self.warp_min))
         if self.sync_model not in SYNC_MODELS:
             raise ValueError(f"sync_model={self.sync_model!r}: expected one of {SYNC_MODELS}")
         if self.obs.n_action_levels != self.action.n_levels:
@@ -104,7 +103,7 @@ class ReplayEnvConfig:
                 "max_decisions_factor": self.max_decisions_factor, "gns_model": self.gns_model,
                 **({"loss_noise": list(self.loss_noise)} if self.loss_noise is not None else {}),
                 **({"sync_model": self.sync_model} if self.sync_model != "rank" else {}),
-                **({"warp_min": self.warp_min} if self.warp_min != WARP_MIN else {})}
+                **({"perturb_range": self.ranges.to_dict()} if self.ranges.to_dict() else {})}
 
 
 class EnvController(PPOController):
@@ -145,7 +144,7 @@ class ReplayEnv(gym.Env):
         self.pool = pool if pool is not None else WorldPool(cfg.workloads, cfg.traces, cfg.n_range,
                                                             cfg.perturb_prob, pool_seed, curriculum=cfg.curriculum,
                                                             gns_model=cfg.gns_model, loss_noise=cfg.loss_noise,
-                                                            sync_model=cfg.sync_model, warp_min=cfg.warp_min)
+                                                            sync_model=cfg.sync_model, ranges=cfg.ranges)
         self.observation_space = gym.spaces.Box(-OBS_LIMIT, OBS_LIMIT, shape=(cfg.n_max, cfg.n_features + 1),
                                                 dtype=np.float32)
         self.action_space = gym.spaces.MultiDiscrete([cfg.action.n_levels] * cfg.n_max + [len(cfg.action.global_scales)])

@@ -22,7 +22,7 @@ import numpy as np
 from dynamix_hvd.controllers.policy.actions import ActionConfig
 from dynamix_hvd.agent.run_files import save_run
 from dynamix_hvd.agent.replay_env import REPLAY_SCALES, ReplayEnvConfig, make_replay_env
-from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, WARP_MIN, parse_loss_noise
+from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, PerturbRange, parse_loss_noise
 from dynamix_hvd.state import ObsConfig
 
 REPLAY_PPO: dict[str, Any] = dict(
@@ -51,7 +51,8 @@ def config_from_args(args) -> ReplayEnvConfig:
                            loss_penalty=float(args.loss_penalty), gns_model=args.gns_model,
                            loss_noise=parse_loss_noise(args.loss_noise),
                            sync_model=getattr(args, "sync_model", "rank"),
-                           warp_min=getattr(args, "warp_min", WARP_MIN))
+                           ranges=PerturbRange(getattr(args, "warp_min", PerturbRange.warp_min),
+                                               getattr(args, "gns_sigma_max", PerturbRange.gns_sigma_max)))
 
 
 def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_envs: int = 8, hidden: int = 64,
@@ -69,7 +70,7 @@ def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_e
     out.parent.mkdir(parents=True, exist_ok=True)
     pool = WorldPool(cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob, seed, curriculum=cfg.curriculum,
                      gns_model=cfg.gns_model, loss_noise=cfg.loss_noise, sync_model=cfg.sync_model,
-                     warp_min=cfg.warp_min)
+                     ranges=cfg.ranges)
     venv = DummyVecEnv([make_replay_env(cfg, pool, seed=seed * 1000 + i) for i in range(n_envs)])
     dyn = cfg.to_dict()
     model = PPO(SharedRowPolicy, venv, seed=seed, verbose=0, device="cpu",

@@ -43,14 +43,14 @@ def training_world_specs(cfg: dict[str, Any], worlds: int, large_worlds: int = 0
     """The ``WorldSpec`` of ``worlds`` worlds drawn as a policy with ``dynamix_config`` ``cfg`` was
     trained (``replay.worlds.draw_spec``, from a seed of their own), then ``large_worlds`` more whose N
     is drawn from the upper half (in log) of its training range."""
-    from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, WARP_MIN, check_warp_min, draw_spec
+    from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, PerturbRange, draw_spec
     rng, rng_large = np.random.default_rng([seed, 7117]), np.random.default_rng([seed, 7118])
     lo, hi = (int(x) for x in cfg.get("n_range", (2, 64)))
     upper = (max(lo, int(round(math.sqrt(lo * hi)))), hi)
     return [draw_spec(r, tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), tuple(cfg.get("traces") or TRACE_FAMILIES),
                       n_range, float(cfg.get("perturb_prob", 0.7)), gns_model=str(cfg.get("gns_model", "run")),
                       loss_noise=cfg.get("loss_noise"), sync_model=str(cfg.get("sync_model", "rank")),
-                      warp_min=check_warp_min(cfg.get("warp_min", WARP_MIN)))
+                      ranges=PerturbRange.from_dict(cfg.get("perturb_range"), "dynamix_config.perturb_range"))
             for r, n_range in [(rng, (lo, hi))] * worlds + [(rng_large, upper)] * large_worlds]
 
 

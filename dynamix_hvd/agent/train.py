@@ -23,7 +23,7 @@ from dynamix_hvd.agent.run_files import save_run
 from dynamix_hvd.agent.sim import SimConfig
 from dynamix_hvd.replay.sim import GNS_MODELS
 from dynamix_hvd.replay.throughput import SYNC_MODELS
-from dynamix_hvd.replay.worlds import WARP_MIN, check_warp_min
+from dynamix_hvd.replay.worlds import PerturbRange
 from dynamix_hvd.state import GROUPS, ObsConfig
 
 PPO_DEFAULTS: dict[str, Any] = dict(
@@ -62,10 +62,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay: the worlds' noise-scale model (replay.sim.GNS_MODELS; as `dynamix replay --gns-model`)")
     r.add_argument("--sync-model", default="rank", choices=list(SYNC_MODELS),
                    help="replay: the worlds' sync model (replay.throughput.SYNC_MODELS; as `dynamix replay --sync-model`)")
-    r.add_argument("--warp-min", default=WARP_MIN, type=_warp_min_arg, metavar="G",
+    r.add_argument("--warp-min", default=PerturbRange.warp_min, type=_range_arg("warp_min"), metavar="G",
                    help=f"replay: the perturbed worlds' lowest batch warp, the first exponent g of (B / B_0)^g on the "
-                        f"samples a level needs (replay.worlds.draw_perturbation; default {WARP_MIN}); lower draws "
-                        "workloads whose large batches cost few more samples (session 77)")
+                        f"samples a level needs (replay.worlds.PerturbRange; default {PerturbRange.warp_min}); lower "
+                        "draws workloads whose large batches cost few more samples (session 77)")
+    r.add_argument("--gns-sigma-max", default=PerturbRange.gns_sigma_max, type=_range_arg("gns_sigma_max"), metavar="X",
+                   help=f"replay: the perturbed worlds' largest factor on the noise-scale measurement's spread "
+                        f"(replay.worlds.PerturbRange; default {PerturbRange.gns_sigma_max}); higher draws workloads "
+                        "whose estimate stays unstable longer (session 77)")
     r.add_argument("--loss-noise", default="", metavar="LO,HI", type=_loss_noise_arg,
                    help="replay: draw each world's loss-trend observation noise log-uniform in [LO, HI] (default: "
                         "off, the evaluation worlds' 0.005; live trends are steeper and noisier, session 45)")
@@ -111,12 +115,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "refits and ablations start from it with --samples and --dagger-iters 0")
 
 
-def _warp_min_arg(text: str) -> float:
-    """``--warp-min`` checked at parse time (argparse names the option in its error)."""
-    try:
-        return check_warp_min(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+def _range_arg(name: str):
+    """A ``PerturbRange`` field's option, checked at parse time (argparse names the option in its error)."""
+    def parse(text: str) -> float:
+        try:
+            return float(getattr(PerturbRange(**{name: text}), name))
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
 
 
 def _loss_noise_arg(text: str) -> str:

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field, replace
-from typing import Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -169,38 +169,62 @@ def build_sim(spec: WorldSpec) -> ReplaySim:
                      sync_model=spec.sync_model)
 
 
-WARP_MIN = -0.15       # draw_perturbation: the batch warp's lowest first exponent (the recipe's default)
-WARP_MAX = 0.25
+@dataclass(frozen=True)
+class PerturbRange:
+    """The ranges ``draw_perturbation`` draws from where a recipe may widen them (``train-policy --warp-min``,
+    ``--gns-sigma-max``; session 77). The batch warp multiplies the samples a level needs at global batch B by
+    (B / B_0)^g, g rising from ``warp[0]`` to ``warp[0] + warp[1]`` over the levels, ``warp[0]`` uniform in
+    [``warp_min``, 0.25); the noise-scale measurement's spread is the workload's x a factor log-uniform in
+    [0.5, ``gns_sigma_max``]. The defaults are every earlier recipe's draws. Lower ``warp_min`` draws workloads
+    whose large batches cost few more samples (ncf's curves are flat over 128x its batch, YOLOv3's over 16x;
+    with g >= -0.3 no perturbed bert, cifar10 or deepspeech2 comes near), higher ``gns_sigma_max`` ones whose
+    noise-scale estimate stays unstable longer (ncf's spread is 0.57, cifar10's 0.05)."""
+    warp_min: float = -0.15
+    gns_sigma_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name, lo, hi in (("warp_min", -1.0, 0.25), ("gns_sigma_max", 0.5, 100.0)):
+            v = getattr(self, name)
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                f = math.nan
+            ok = lo <= f < hi if name == "warp_min" else lo < f <= hi
+            if not ok:
+                interval = f"[{lo:g}, {hi:g})" if name == "warp_min" else f"({lo:g}, {hi:g}]"
+                raise ValueError(f"{name}={v!r}: expected a number in {interval}")
+            object.__setattr__(self, name, f)
+
+    def to_dict(self) -> dict[str, float]:
+        """The fields that differ from the default (empty for the default: earlier policy files unchanged)."""
+        return {k: v for k, v in asdict(self).items() if v != getattr(PerturbRange(), k)}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "perturb_range") -> "PerturbRange":
+        """From ``to_dict``'s form; an unknown key or a bad value raises ValueError naming ``where``."""
+        if d is None:
+            return cls()
+        if not isinstance(d, dict) or set(d) - {f.name for f in fields(cls)}:
+            raise ValueError(f"{where}: expected a table with keys among warp_min, gns_sigma_max, got {d!r}")
+        try:
+            return cls(**d)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
 
 
-def check_warp_min(warp_min: float) -> float:
-    """``warp_min`` as a float in [-1, WARP_MAX); anything else raises ValueError naming it."""
-    try:
-        v = float(warp_min)
-    except (TypeError, ValueError):
-        raise ValueError(f"warp_min={warp_min!r}: expected a number in [-1, {WARP_MAX})") from None
-    if not (-1.0 <= v < WARP_MAX):
-        raise ValueError(f"warp_min={warp_min!r}: expected a number in [-1, {WARP_MAX})")
-    return v
-
-
-def draw_perturbation(rng: np.random.Generator, strength: float = 1.0, warp_min: float = WARP_MIN) -> Perturbation:
-    """A random perturbation of a workload. The batch warp multiplies the samples a level needs at
-    global batch B by (B / B_0)^g, g rising from ``warp[0]`` to ``warp[0] + warp[1]`` over the levels;
-    ``warp[0]`` is uniform in [``warp_min``, WARP_MAX): a ``warp_min`` below the default also draws
-    workloads whose large batches cost few more samples than small ones (session 77: ncf's curves are flat
-    over 128x the batch, YOLOv3's over 16x; with g >= -0.3 no perturbed bert, cifar10 or deepspeech2
-    comes near), with a noise scale that follows the warp."""
+def draw_perturbation(rng: np.random.Generator, strength: float = 1.0,
+                      ranges: PerturbRange = PerturbRange()) -> Perturbation:
+    """A random perturbation of a workload, from ``ranges`` (``PerturbRange``)."""
     def logu(lo: float, hi: float) -> float:
         return float(math.exp(rng.uniform(math.log(lo), math.log(hi)) * strength))
-    warp = (float(rng.uniform(warp_min, WARP_MAX) * strength), float(rng.uniform(-0.15, 0.3) * strength))
+    warp = (float(rng.uniform(ranges.warp_min, 0.25) * strength), float(rng.uniform(-0.15, 0.3) * strength))
     return Perturbation(
         sample_scale=logu(0.5, 2.0),
         batch_warp=warp,
         # the noise scale follows the warp (large batches that pay more samples = a smaller noise
         # scale, as the Pollux efficiency model has it), plus an independent error
         gns_shift=float(-3.0 * (warp[0] + 0.5 * warp[1]) + rng.uniform(-0.4, 0.4) * strength),
-        gns_sigma_mult=logu(0.5, 2.0),
+        gns_sigma_mult=logu(0.5, ranges.gns_sigma_max),
         compute_scale=logu(0.5, 2.0),
         sync_scale=logu(0.33, 3.0),
         cap_frac=1.0 if rng.random() < 0.6 else float(rng.uniform(0.25, 1.0)),
@@ -210,17 +234,17 @@ def draw_perturbation(rng: np.random.Generator, strength: float = 1.0, warp_min:
 def draw_spec(rng: np.random.Generator, workloads: Sequence[str], traces: Sequence[str] = TRACE_FAMILIES,
               n_range: tuple[int, int] = (2, 64), perturb_prob: float = 0.7, seed_base: int = 1_000_000,
               gns_model: str = "run", loss_noise: tuple[float, float] | None = None,
-              sync_model: str = "rank", warp_min: float = WARP_MIN) -> WorldSpec:
+              sync_model: str = "rank", ranges: PerturbRange = PerturbRange()) -> WorldSpec:
     """One training world: workload and trace uniform, N log-uniform in ``n_range``, a perturbation
     with probability ``perturb_prob``; seeds from ``seed_base`` up (evaluation uses seeds below it).
     ``loss_noise`` (lo, hi): the loss trend's observation noise log-uniform in it (drawn last, so
-    without it the draws are those of earlier sessions); None: ``sim.LOSS_NOISE``. ``warp_min``: the
-    perturbation's lowest batch warp (``draw_perturbation``)."""
+    without it the draws are those of earlier sessions); None: ``sim.LOSS_NOISE``. ``ranges``: the
+    perturbation's ranges (``PerturbRange``)."""
     wl = str(workloads[int(rng.integers(len(workloads)))])
     tr = str(traces[int(rng.integers(len(traces)))])
     lo, hi = n_range
     n = int(np.clip(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.49)))), lo, hi))
-    pert = draw_perturbation(rng, warp_min=warp_min) if rng.random() < perturb_prob else Perturbation()
+    pert = draw_perturbation(rng, ranges=ranges) if rng.random() < perturb_prob else Perturbation()
     seed = int(seed_base + rng.integers(1 << 30))
     noise = LOSS_NOISE
     if loss_noise is not None:

@@ -1,6 +1,6 @@
-"""The perturbations' lowest batch warp (``train-policy --warp-min``, session 77): the default draws are
-those of every earlier recipe, a lower bound draws flatter workloads, and a policy records and
-rolls out in the range it was trained on."""
+"""The perturbations' ranges (``PerturbRange``: ``train-policy --warp-min``, ``--gns-sigma-max``, session 77): the
+default draws are those of every earlier recipe, wider ranges draw flatter and noisier workloads, and a policy
+records and rolls out in the ranges it was trained on."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +9,14 @@ import pytest
 from dynamix_hvd.agent.imitate import draw_worlds
 from dynamix_hvd.agent.replay_env import ReplayEnvConfig
 from dynamix_hvd.agent.support_fit import training_world_specs
-from dynamix_hvd.replay.worlds import WARP_MIN, WorldSpec, build_sim, draw_perturbation, draw_spec
+from dynamix_hvd.replay.worlds import PerturbRange, WorldSpec, build_sim, draw_perturbation, draw_spec
+
+WARP_MIN = PerturbRange().warp_min
 
 
 def _warps(warp_min: float, k: int = 400) -> np.ndarray:
     rng = np.random.default_rng(7)
-    return np.array([draw_perturbation(rng, warp_min=warp_min).batch_warp[0] for _ in range(k)])
+    return np.array([draw_perturbation(rng, ranges=PerturbRange(warp_min)).batch_warp[0] for _ in range(k)])
 
 
 def test_the_default_range_draws_the_earlier_recipes_worlds():
@@ -22,7 +24,7 @@ def test_the_default_range_draws_the_earlier_recipes_worlds():
     # recipes (and the shipped default's support, recorded by rollouts in them) are drawn as before
     rng1, rng2 = np.random.default_rng(11), np.random.default_rng(11)
     assert [draw_spec(rng1, ("bert", "cifar10")) for _ in range(30)] == \
-        [draw_spec(rng2, ("bert", "cifar10"), warp_min=WARP_MIN) for _ in range(30)]
+        [draw_spec(rng2, ("bert", "cifar10"), ranges=PerturbRange()) for _ in range(30)]
     w = _warps(WARP_MIN)
     assert w.min() >= WARP_MIN and w.max() < 0.25
 
@@ -32,10 +34,12 @@ def test_a_lower_bound_draws_flatter_workloads_and_only_the_warp_moves():
     assert low.min() < -0.4 and (low < WARP_MIN).mean() > 0.3
     # the generator is consumed alike: every other field of the perturbation is the same draw
     r1, r2 = np.random.default_rng(5), np.random.default_rng(5)
-    p1, p2 = draw_perturbation(r1, warp_min=-0.5), draw_perturbation(r2)
+    p1, p2 = draw_perturbation(r1, ranges=PerturbRange(-0.5, 10.0)), draw_perturbation(r2)
     assert (p1.sample_scale, p1.compute_scale, p1.sync_scale, p1.cap_frac) == \
         (p2.sample_scale, p2.compute_scale, p2.sync_scale, p2.cap_frac)
-    assert p1.batch_warp[0] < p2.batch_warp[0]
+    assert p1.batch_warp[0] < p2.batch_warp[0] and p1.gns_sigma_mult > p2.gns_sigma_mult
+    sig = [draw_perturbation(r1, ranges=PerturbRange(gns_sigma_max=10.0)).gns_sigma_mult for _ in range(200)]
+    assert max(sig) > 5.0 and min(sig) >= 0.5
     assert default.mean() > low.mean()
 
 
@@ -51,22 +55,26 @@ def test_a_flat_warp_makes_large_batches_cost_fewer_samples():
 
 
 def test_a_policy_trained_with_a_lower_bound_draws_and_records_it():
-    cfg = ReplayEnvConfig(warp_min=-0.5)
+    cfg = ReplayEnvConfig(ranges=PerturbRange(warp_min=-0.5))
     worlds = draw_worlds(cfg, np.random.default_rng(0), 60)
     assert min(w.pert.batch_warp[0] for w in worlds) < WARP_MIN
     d = cfg.to_dict()
-    assert d["warp_min"] == -0.5
+    assert d["perturb_range"] == {"warp_min": -0.5}
     # the support's rollouts are drawn in the range the policy was trained in (its file's dynamix_config)
     specs = training_world_specs(d, 60, 0)
     assert min(w.pert.batch_warp[0] for w in specs) < WARP_MIN
     assert min(w.pert.batch_warp[0] for w in training_world_specs(ReplayEnvConfig().to_dict(), 60, 0)) >= WARP_MIN
     # a default-range policy's configuration is as before (no new key in its file)
-    assert "warp_min" not in ReplayEnvConfig().to_dict()
+    assert "perturb_range" not in ReplayEnvConfig().to_dict()
 
 
 @pytest.mark.parametrize("bad", [0.25, 1.0, -1.5, "flat", float("nan")])
-def test_a_bad_bound_is_refused_naming_it(bad):
+def test_a_bad_range_is_refused_naming_it(bad):
     with pytest.raises(ValueError, match="warp_min="):
-        ReplayEnvConfig(warp_min=bad)
-    with pytest.raises(ValueError, match="warp_min="):
-        training_world_specs({"warp_min": bad}, 1)
+        ReplayEnvConfig(ranges=PerturbRange(warp_min=bad))
+    with pytest.raises(ValueError, match="dynamix_config.perturb_range: warp_min="):
+        training_world_specs({"perturb_range": {"warp_min": bad}}, 1)
+    with pytest.raises(ValueError, match="gns_sigma_max="):
+        PerturbRange(gns_sigma_max=bad if bad != 1.0 else 0.1)
+    with pytest.raises(ValueError, match="perturb_range: expected a table"):
+        PerturbRange.from_dict({"warp": -0.5})
