@@ -18,4 +18,6 @@ case "${1:-first}" in
            ( one77 loo_ncf_w5 bert,cifar10,deepspeech2 $W5 ) & ( one77 all_w5 bert,cifar10,deepspeech2,ncf $W5 ) & wait ;;
   second) WS="--warp-min -0.5 --gns-sigma-max 10"
            ( one77 loo_ncf_ws bert,cifar10,deepspeech2 $WS ) & ( one77 all_ws bert,cifar10,deepspeech2,ncf $WS ) & wait ;;
+  third)  WS="--warp-min -0.5 --gns-sigma-max 10"; ACT="--pass-action --pass-only --disable system,network"
+           one77 loo_ncf_wsnm bert,cifar10,deepspeech2 $WS ;;   # without the memory-use column (the session-56 recipe's inputs)
 esac
