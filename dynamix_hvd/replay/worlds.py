@@ -169,12 +169,22 @@ def build_sim(spec: WorldSpec) -> ReplaySim:
                      sync_model=spec.sync_model)
 
 
+WARP_TOP = 0.25    # draw_perturbation: the batch warp's first exponent is drawn below this
+
+
+def _as_float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 @dataclass(frozen=True)
 class PerturbRange:
     """The ranges ``draw_perturbation`` draws from where a recipe may widen them (``train-policy --warp-min``,
     ``--gns-sigma-max``; session 77). The batch warp multiplies the samples a level needs at global batch B by
     (B / B_0)^g, g rising from ``warp[0]`` to ``warp[0] + warp[1]`` over the levels, ``warp[0]`` uniform in
-    [``warp_min``, 0.25); the noise-scale measurement's spread is the workload's x a factor log-uniform in
+    [``warp_min``, WARP_TOP); the noise-scale measurement's spread is the workload's x a factor log-uniform in
     [0.5, ``gns_sigma_max``]. The defaults are every earlier recipe's draws. Lower ``warp_min`` draws workloads
     whose large batches cost few more samples (ncf's curves are flat over 128x its batch, YOLOv3's over 16x;
     with g >= -0.3 no perturbed bert, cifar10 or deepspeech2 comes near), higher ``gns_sigma_max`` ones whose
@@ -183,17 +193,13 @@ class PerturbRange:
     gns_sigma_max: float = 2.0
 
     def __post_init__(self) -> None:
-        for name, lo, hi in (("warp_min", -1.0, 0.25), ("gns_sigma_max", 0.5, 100.0)):
-            v = getattr(self, name)
-            try:
-                f = float(v)
-            except (TypeError, ValueError):
-                f = math.nan
-            ok = lo <= f < hi if name == "warp_min" else lo < f <= hi
-            if not ok:
-                interval = f"[{lo:g}, {hi:g})" if name == "warp_min" else f"({lo:g}, {hi:g}]"
-                raise ValueError(f"{name}={v!r}: expected a number in {interval}")
-            object.__setattr__(self, name, f)
+        warp, sigma = _as_float(self.warp_min), _as_float(self.gns_sigma_max)
+        if not -1.0 <= warp < WARP_TOP:
+            raise ValueError(f"warp_min={self.warp_min!r}: expected a number in [-1, {WARP_TOP:g})")
+        if not 0.5 < sigma <= 100.0:
+            raise ValueError(f"gns_sigma_max={self.gns_sigma_max!r}: expected a number in (0.5, 100]")
+        object.__setattr__(self, "warp_min", warp)
+        object.__setattr__(self, "gns_sigma_max", sigma)
 
     def to_dict(self) -> dict[str, float]:
         """The fields that differ from the default (empty for the default: earlier policy files unchanged)."""
@@ -217,7 +223,7 @@ def draw_perturbation(rng: np.random.Generator, strength: float = 1.0,
     """A random perturbation of a workload, from ``ranges`` (``PerturbRange``)."""
     def logu(lo: float, hi: float) -> float:
         return float(math.exp(rng.uniform(math.log(lo), math.log(hi)) * strength))
-    warp = (float(rng.uniform(ranges.warp_min, 0.25) * strength), float(rng.uniform(-0.15, 0.3) * strength))
+    warp = (float(rng.uniform(ranges.warp_min, WARP_TOP) * strength), float(rng.uniform(-0.15, 0.3) * strength))
     return Perturbation(
         sample_scale=logu(0.5, 2.0),
         batch_warp=warp,

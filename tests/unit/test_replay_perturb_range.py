@@ -3,13 +3,15 @@ default draws are those of every earlier recipe, wider ranges draw flatter and n
 records and rolls out in the ranges it was trained on."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from dynamix_hvd.agent.imitate import draw_worlds
 from dynamix_hvd.agent.replay_env import ReplayEnvConfig
 from dynamix_hvd.agent.support_fit import training_world_specs
-from dynamix_hvd.replay.worlds import PerturbRange, WorldSpec, build_sim, draw_perturbation, draw_spec
+from dynamix_hvd.replay.worlds import Perturbation, PerturbRange, WorldSpec, build_sim, draw_perturbation, draw_spec
 
 WARP_MIN = PerturbRange().warp_min
 
@@ -19,10 +21,23 @@ def _warps(warp_min: float, k: int = 400) -> np.ndarray:
     return np.array([draw_perturbation(rng, ranges=PerturbRange(warp_min)).batch_warp[0] for _ in range(k)])
 
 
+def _earlier_draw(rng: np.random.Generator) -> Perturbation:
+    """draw_perturbation as sessions 10-76 wrote it (strength 1), before its ranges could widen."""
+    def logu(lo: float, hi: float) -> float:
+        return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    warp = (float(rng.uniform(-0.15, 0.25)), float(rng.uniform(-0.15, 0.3)))
+    return Perturbation(sample_scale=logu(0.5, 2.0), batch_warp=warp,
+                        gns_shift=float(-3.0 * (warp[0] + 0.5 * warp[1]) + rng.uniform(-0.4, 0.4)),
+                        gns_sigma_mult=logu(0.5, 2.0), compute_scale=logu(0.5, 2.0), sync_scale=logu(0.33, 3.0),
+                        cap_frac=1.0 if rng.random() < 0.6 else float(rng.uniform(0.25, 1.0)))
+
+
 def test_the_default_range_draws_the_earlier_recipes_worlds():
-    # the same generator state gives the same worlds with the default passed or left out: the earlier
-    # recipes (and the shipped default's support, recorded by rollouts in them) are drawn as before
+    # the earlier recipes' training worlds (and the shipped default's support, recorded by rollouts in
+    # them) are drawn as before, draw for draw
     rng1, rng2 = np.random.default_rng(11), np.random.default_rng(11)
+    assert [draw_perturbation(rng1) for _ in range(50)] == [_earlier_draw(rng2) for _ in range(50)]
+    rng1, rng2 = np.random.default_rng(12), np.random.default_rng(12)
     assert [draw_spec(rng1, ("bert", "cifar10")) for _ in range(30)] == \
         [draw_spec(rng2, ("bert", "cifar10"), ranges=PerturbRange()) for _ in range(30)]
     w = _warps(WARP_MIN)
@@ -49,7 +64,6 @@ def test_a_flat_warp_makes_large_batches_cost_fewer_samples():
         sim = build_sim(WorldSpec("cifar10", 8, "none", 0, pert))
         cum = sim.pm.cum[:, -1]
         return float(cum[-1] / cum[0])
-    from dynamix_hvd.replay.worlds import Perturbation
     assert ratio(Perturbation()) > 2.5
     assert ratio(Perturbation(batch_warp=(-0.33, 0.0))) < 1.2
 
@@ -78,3 +92,19 @@ def test_a_bad_range_is_refused_naming_it(bad):
         PerturbRange(gns_sigma_max=bad if bad != 1.0 else 0.1)
     with pytest.raises(ValueError, match="perturb_range: expected a table"):
         PerturbRange.from_dict({"warp": -0.5})
+
+
+def test_train_policy_takes_the_ranges_and_refuses_a_bad_one_naming_the_option(capsys):
+    import argparse
+    from dynamix_hvd.agent.replay_train import config_from_args
+    from dynamix_hvd.agent.train import add_arguments
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    base = ["--world", "replay", "--workers", "2,8"]
+    assert config_from_args(parser.parse_args(base)).ranges == PerturbRange()
+    cfg = config_from_args(parser.parse_args(base + ["--warp-min", "-0.5", "--gns-sigma-max", "10"]))
+    assert cfg.ranges == PerturbRange(-0.5, 10.0)
+    assert cfg.to_dict()["perturb_range"] == {"warp_min": -0.5, "gns_sigma_max": 10.0}
+    with pytest.raises(SystemExit):
+        parser.parse_args(base + ["--gns-sigma-max", "0.2"])
+    assert "--gns-sigma-max" in capsys.readouterr().err
