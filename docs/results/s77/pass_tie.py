@@ -5,7 +5,13 @@ tie with the no-op on the other three workloads (goodput without the hold: 0.97-
 no-op's own bonus labels those states no-op; the question is whether a learner taught to pass where it is free passes
 on the left-out ncf.
 
-    .venv/bin/python docs/results/s77/pass_tie.py TIE OUT WORKLOADS [extra train-policy flags]
+    .venv/bin/python docs/results/s77/pass_tie.py TILT OUT WORKLOADS [extra train-policy flags]
+
+TILT as a number (the first two rounds, 0.01 and 0.003): the pass's regret lowered by TILT wherever the labels are made
+(imitate.noop_label, called by the lookahead and one-interval labels; in this recipe the fit does not re-label), so the
+pass is labelled in every tie with the no-op. TILT with a "b" suffix (0.01b, the third round): only where the hold
+binds (the pass's regret is not the no-op's) and the pass is already the best departure (no fixed scale other than the
+no-op has less regret), so ties stay the no-op's and a fixed growth that beats the pass keeps its label.
 """
 import sys
 
@@ -14,7 +20,8 @@ import numpy as np
 import dynamix_hvd.agent.imitate as imitate
 from dynamix_hvd.cli import main
 
-PASS_TIE = float(sys.argv[1])
+BOUND = sys.argv[1].endswith("b")
+PASS_TIE = float(sys.argv[1].rstrip("b"))
 _orig = imitate.noop_label
 
 
@@ -22,6 +29,13 @@ def noop_label(regret, noop, bonus, pass_index=None):
     label, reg = _orig(regret, noop, bonus, pass_index)
     if pass_index is None or PASS_TIE <= 0:
         return label, reg
+    if BOUND:
+        raw = np.asarray(regret, dtype=np.float64)
+        others = [j for j in range(raw.size) if j not in (noop, pass_index)]
+        binds = abs(raw[pass_index] - raw[noop]) > 1e-12
+        best_departure = raw[pass_index] <= min(raw[j] for j in others) + 1e-12
+        if not (binds and best_departure):
+            return label, reg
     reg = np.array(reg, dtype=np.float64)
     reg[pass_index] -= PASS_TIE
     reg = np.maximum(reg - reg.min(), 0.0)
