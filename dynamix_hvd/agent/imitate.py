@@ -234,6 +234,16 @@ BALANCES = ("decisions", "worlds")   # what the imitation loss weighs equally (w
 # scale of least *expected* regret given the observation (cost-sensitive, as AggreVaTe's learner)
 OBJECTIVES = ("soft", "regret")
 REGRET_CLIP = 0.1   # regrets above this (a scale that strands the run) are regressed as this: one outlier, not a scale
+PASS_MARGIN = TIE   # a pass head's target: pass where its regret is within this of the no-op's (the no-op's own bonus)
+
+
+def pass_targets(regret: np.ndarray, noop: int, pass_index: int, margin: float = PASS_MARGIN) -> np.ndarray:
+    """The pass head's targets (``ActionConfig.pass_head``), 1.0 where passing the noise-scale hold costs no more
+    than ``margin`` over the no-op by the expert's regrets (rows of ``regret``, as samples store them: after the
+    no-op's bonus, so the default margin undoes it), else 0.0: where the hold does not bind the two are the same
+    batch and the target is 1, so the head learns where passing is harmful rather than where it is needed."""
+    reg = np.atleast_2d(np.asarray(regret, dtype=np.float64))
+    return (reg[:, pass_index] <= reg[:, noop] + margin + 1e-12).astype(np.float64)
 
 
 def world_weights(samples: Sequence[Sample], balance: str = "decisions") -> np.ndarray | None:
@@ -256,7 +266,8 @@ def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch:
     """Cross-entropy of the global-scale soft targets (``soft_targets`` of the regrets; ``objective``
     ``regret``: the mean squared error of the centred global logits against the centred -regret / T,
     regrets clipped at ``REGRET_CLIP``) plus, per valid row, the cross-entropy of "no change" (the
-    actor's logits, ``RowNet.actor_logits``), Adam; each sample's term times its ``weights`` entry when
+    actor's logits, ``RowNet.actor_logits``) plus, for a network with a pass head, its binary
+    cross-entropy against ``pass_targets``; Adam; each sample's term times its ``weights`` entry when
     given (``world_weights``). Returns the mean loss per epoch."""
     import torch
     import torch.nn.functional as F
@@ -278,7 +289,7 @@ def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch:
             X, _ = _batch(part)
             reg = np.stack([p.regret for p in part])
             x = torch.as_tensor(X)
-            row, glob = net.actor_logits(x)
+            row, glob, pass_logit = net.actor_heads(x)
             m = x[..., 0]
             row_ce = F.cross_entropy(row.reshape(-1, row.shape[-1]), torch.full((row.shape[0] * row.shape[1],), k),
                                      reduction="none").reshape(m.shape)
@@ -290,6 +301,9 @@ def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch:
                 z = torch.as_tensor(z - z.mean(axis=-1, keepdims=True), dtype=torch.float32)
                 per_glob = ((glob - glob.mean(-1, keepdim=True) - z) ** 2).mean(-1)
             per = per_glob + (row_ce * m).sum(1) / m.sum(1)
+            if pass_logit is not None:
+                y = torch.as_tensor(pass_targets(reg, *net.pass_indices), dtype=torch.float32)
+                per = per + F.binary_cross_entropy_with_logits(pass_logit, y, reduction="none")
             loss = per.mean() if weights is None else (per * torch.as_tensor(weights[ids], dtype=torch.float32)).mean()
             opt.zero_grad()
             loss.backward()

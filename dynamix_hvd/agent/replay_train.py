@@ -41,11 +41,18 @@ def config_from_args(args) -> ReplayEnvConfig:
         scales = scales + (1.0,)
     if getattr(args, "pass_only", False) and not getattr(args, "pass_action", False):
         raise ValueError("--pass-only needs --pass-action (only the pass action passes the hold)")
+    if getattr(args, "pass_head", False):
+        if not getattr(args, "pass_action", False):
+            raise ValueError("--pass-head needs --pass-action (the head decides the pass action)")
+        if getattr(args, "method", "imitate") != "imitate":
+            raise ValueError("--pass-head needs --method imitate (the head is fitted to the expert's regrets; "
+                             "PPO's action distribution has no term for it)")
     lo, hi = (int(x) for x in args.workers.split(","))
     return ReplayEnvConfig(workloads=wl, traces=tr, n_range=(lo, hi), curriculum=not args.no_curriculum,
                            action=ActionConfig(global_scales=scales, anchor=args.anchor,
                                                 pass_hold=args.pass_hold,
-                                                pass_only=getattr(args, "pass_only", False)),
+                                                pass_only=getattr(args, "pass_only", False),
+                                                pass_head=getattr(args, "pass_head", False)),
                            obs=ObsConfig.from_lists(args.disable, args.enable),
                            history=int(args.history), n_max=max(args.n_max, hi),
                            loss_penalty=float(args.loss_penalty), gns_model=args.gns_model,

@@ -83,6 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--pass-only", action="store_true",
                    help="replay, with --pass-action: only the pass action passes the hold; the fixed global scales "
                         "stay held by it (ActionConfig.pass_only)")
+    r.add_argument("--pass-head", action="store_true",
+                   help="replay, imitate, with --pass-action: the pass is decided by a binary head of its own, in place "
+                        "of the no-op the global head picks, fitted to where passing the hold costs no more than the "
+                        "no-op's bonus (ActionConfig.pass_head; imitate.pass_targets)")
     r.add_argument("--no-curriculum", action="store_true", help="replay: sample pooled worlds uniformly")
     r.add_argument("--method", default="ppo", choices=["ppo", "imitate"],
                    help="replay: PPO on the progress reward, or DAgger imitation of causal_safe (agent/imitate.py)")

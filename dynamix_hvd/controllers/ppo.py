@@ -282,9 +282,9 @@ class PPOController(Controller):
                 rows.append(np.eye(self.action_config.n_levels)[np.full(obs.shape[0], k)])
                 globs.append(np.eye(len(self.action_config.global_scales))[noop])
             else:
-                row, glob = net.actor_logits_numpy(obs)
+                row, glob, pass_logit = net.actor_heads_numpy(obs)
                 rows.append(softmax(row))
-                globs.append(softmax(glob))
+                globs.append(net.global_probs(glob, pass_logit))
         idx, gidx = mean_choice(rows), int(mean_choice(globs))
         return np.asarray(idx).astype(np.float64) - k, gidx
 

@@ -39,6 +39,9 @@ ANCHORS = ("current", "balanced", "goodput")
 ANCHOR_HISTORY = 16      # intervals the anchor's compute model keeps; the PPO controller's default warm-up
 
 
+ACTION_FLAGS = ("pass_hold", "pass_only", "pass_head")   # ActionConfig's flags, recorded only when set
+
+
 @dataclass(frozen=True)
 class ActionConfig:
     n_levels: int = 5                                   # per-worker levels -2..+2
@@ -54,6 +57,9 @@ class ActionConfig:
     # with a pass action: only the pass passes the hold, the fixed scales stay held by it (a fixed multiple
     # of goodput's batch grown on an unstable estimate was the pass-hold policies' held-out tail; session 52)
     pass_only: bool = False
+    # with a pass action: the pass is decided by a binary head of its own (``RowNet.pass_pi``), in place of the
+    # no-op the global head picks, so the pass and the fixed scales are fitted apart (session 78)
+    pass_head: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "global_scales", tuple(float(s) for s in self.global_scales))
@@ -75,6 +81,9 @@ class ActionConfig:
         if self.pass_only and not twice:
             raise ValueError(f"pass_only=True with global_scales={self.global_scales}: only the pass action passes the "
                              f"hold, so it needs one (a second 1.0, with pass_hold)")
+        if self.pass_head and not twice:
+            raise ValueError(f"pass_head=True with global_scales={self.global_scales}: the head decides the pass action, "
+                             f"so it needs one (a second 1.0, with pass_hold)")
 
     @property
     def k(self) -> int:
@@ -105,13 +114,13 @@ class ActionConfig:
     def to_dict(self) -> dict:
         d = {"n_levels": self.n_levels, "step_frac": self.step_frac, "global_scales": list(self.global_scales),
              "anchor": self.anchor}
-        # (policies saved before either flag: no key)
-        return {**d, **({"pass_hold": True} if self.pass_hold else {}), **({"pass_only": True} if self.pass_only else {})}
+        # (policies saved before a flag: no key)
+        return {**d, **{k: True for k in ACTION_FLAGS if getattr(self, k)}}
 
     @staticmethod
     def from_dict(d: Mapping) -> "ActionConfig":
         # policies saved before the anchor existed moved from the current plan
-        flags = {k: d.get(k, False) for k in ("pass_hold", "pass_only")}
+        flags = {k: d.get(k, False) for k in ACTION_FLAGS}
         for k, v in flags.items():
             if not isinstance(v, bool):
                 raise ValueError(f"action config: {k}={v!r} (expected true or false)")

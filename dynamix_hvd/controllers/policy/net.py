@@ -16,6 +16,7 @@ few rows of a live decision, where torch's per-op overhead was a third of the de
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,8 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
 class RowNet(nn.Module):
     """The shared per-row actor and pooled critic (SB3 ``mlp_extractor`` interface)."""
 
-    def __init__(self, n_features: int, n_rows: int, n_levels: int, n_global: int, hidden: int = 64) -> None:
+    def __init__(self, n_features: int, n_rows: int, n_levels: int, n_global: int, hidden: int = 64,
+                 pass_head: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.n_features = n_features          # per row, incl. the mask column
         self.n_rows, self.n_levels, self.n_global, self.hidden = n_rows, n_levels, n_global, hidden
@@ -48,6 +50,12 @@ class RowNet(nn.Module):
         self.embed_pi = _mlp([f, hidden, hidden])
         self.head_pi = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, n_levels))
         self.global_pi = nn.Linear(hidden, n_global)
+        # (no-op, pass) global indices of a policy whose pass is decided by a binary head of its own
+        # (``ActionConfig.pass_head``): where the global head picks the no-op, the pass if its logit is > 0
+        self.pass_indices = pass_head
+        self.pass_pi = nn.Linear(hidden, 1) if pass_head is not None else None
+        if pass_head is not None and not all(0 <= i < n_global for i in pass_head):
+            raise ValueError(f"pass_head={pass_head}: global indices outside 0..{n_global - 1}")
         self.embed_vf = _mlp([f, hidden, hidden])
         self.latent_dim_pi = n_rows * n_levels + n_global
         self.latent_dim_vf = 2 * hidden
@@ -64,14 +72,19 @@ class RowNet(nn.Module):
     def _masked_mean(e: th.Tensor, m: th.Tensor) -> th.Tensor:
         return (e * m).sum(1) / m.sum(1).clamp(min=1.0)
 
-    def actor_logits(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-        """Per-row logits (batch, rows, n_levels) and global logits (batch, n_global)."""
+    def actor_heads(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+        """Per-row logits (batch, rows, n_levels), global logits (batch, n_global) and the pass head's
+        logit (batch,), None without one."""
         x, m = self._rows(features)
         e = self.embed_pi(x)
         g = self._masked_mean(e, m)
         row = self.head_pi(th.cat([e, g.unsqueeze(1).expand_as(e)], dim=-1))
         row = m * row + (1.0 - m) * self.pad_logits
-        return row, self.global_pi(g)
+        return row, self.global_pi(g), None if self.pass_pi is None else self.pass_pi(g)[:, 0]
+
+    def actor_logits(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """Per-row logits (batch, rows, n_levels) and global logits (batch, n_global)."""
+        return self.actor_heads(features)[:2]
 
     def forward_actor(self, features: th.Tensor) -> th.Tensor:
         row, glob = self.actor_logits(features)
@@ -91,7 +104,8 @@ class RowNet(nn.Module):
         """float32 numpy copies of the actor's weights, re-read when a parameter changed
         (torch bumps a tensor's ``_version`` on every in-place update: optimizer steps,
         ``load_state_dict``)."""
-        layers = (self.embed_pi[0], self.embed_pi[2], self.head_pi[0], self.head_pi[2], self.global_pi)
+        layers = (self.embed_pi[0], self.embed_pi[2], self.head_pi[0], self.head_pi[2], self.global_pi,
+                  *([] if self.pass_pi is None else [self.pass_pi]))
         params = [p for layer in layers for p in (layer.weight, layer.bias)]
         key = tuple((id(p), p._version) for p in params)
         if self._np_cache is None or self._np_cache[0] != key:
@@ -99,15 +113,38 @@ class RowNet(nn.Module):
                                     p.detach().cpu().numpy().astype(np.float32) for p in params])
         return self._np_cache[1]
 
-    def actor_logits_numpy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``actor_logits`` of one unpadded (N, F) observation, in numpy: (N, n_levels), (n_global,)."""
-        w0, b0, w1, b1, wh0, bh0, wh1, bh1, wg, bg = self._actor_weights()
+    def actor_heads_numpy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, float | None]:
+        """``actor_heads`` of one unpadded (N, F) observation, in numpy: (N, n_levels), (n_global,), the
+        pass logit (None without a pass head)."""
+        w0, b0, w1, b1, wh0, bh0, wh1, bh1, wg, bg, *wp = self._actor_weights()
         x = np.asarray(obs, dtype=np.float32)
         e = np.tanh(np.tanh(x @ w0 + b0) @ w1 + b1)
         g = e.mean(axis=0)
         f = e.shape[1]
         h = np.tanh(e @ wh0[:f] + (g @ wh0[f:] + bh0))      # [e_i, g] @ W without building the concat
-        return h @ wh1 + bh1, g @ wg + bg
+        return h @ wh1 + bh1, g @ wg + bg, float((g @ wp[0] + wp[1])[0]) if wp else None
+
+    def actor_logits_numpy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``actor_logits`` of one unpadded (N, F) observation, in numpy: (N, n_levels), (n_global,)."""
+        return self.actor_heads_numpy(obs)[:2]
+
+    def global_probs(self, glob: np.ndarray, pass_logit: float | None) -> np.ndarray:
+        """The distribution of the global action: softmax of the global logits and, with a pass head,
+        the no-op's probability shared with the pass as the head's sigmoid says (the action it samples)."""
+        z = np.exp(glob - glob.max())
+        p = z / z.sum()
+        if self.pass_indices is not None and pass_logit is not None:
+            noop, pas = self.pass_indices
+            moved = p[noop] / (1.0 + math.exp(-pass_logit))
+            p[noop] -= moved
+            p[pas] += moved
+        return p
+
+    def _with_pass(self, g: int, pass_logit: float | None) -> int:
+        """The deterministic global index after the pass head: the pass in place of the no-op where its logit is > 0."""
+        if self.pass_indices is not None and pass_logit is not None and g == self.pass_indices[0] and pass_logit > 0:
+            return self.pass_indices[1]
+        return g
 
     def act_rows(self, obs: np.ndarray, deterministic: bool = True, margin: float = 0.0,
                  noop: int | None = None) -> tuple[np.ndarray, int]:
@@ -115,25 +152,29 @@ class RowNet(nn.Module):
         Deterministic, with the no-op's index ``noop`` and a ``margin`` other than 0: the global
         index is the best other one where its logit exceeds the no-op's by at least ``margin``,
         else the no-op (a policy fitted to exp(-regret / T) then departs where it predicts a gain
-        of about ``margin`` x T; a negative margin departs where it predicts a loss below that)."""
+        of about ``margin`` x T; a negative margin departs where it predicts a loss below that).
+        With a pass head, a no-op so chosen is the pass where the head's logit is > 0."""
         if deterministic:
-            row, glob = self.actor_logits_numpy(obs)
+            row, glob, pass_logit = self.actor_heads_numpy(obs)
             g = int(glob.argmax())
             if margin != 0 and noop is not None:
                 other = glob.copy()
                 other[noop] = -np.inf
                 best = int(other.argmax())
                 g = best if glob[best] - glob[noop] >= margin else noop
-            return row.argmax(-1), g
+            return row.argmax(-1), self._with_pass(g, pass_logit)
         return self._sample_rows(obs)
 
     @th.no_grad()
     def _sample_rows(self, obs: np.ndarray) -> tuple[np.ndarray, int]:
         x = th.as_tensor(obs, dtype=th.float32)
         x = th.cat([th.ones(x.shape[0], 1), x], dim=1).unsqueeze(0)
-        row, glob = self.actor_logits(x)
+        row, glob, pass_logit = self.actor_heads(x)
         ra = th.distributions.Categorical(logits=row[0]).sample().numpy()
-        return ra, int(th.distributions.Categorical(logits=glob[0]).sample())
+        g = int(th.distributions.Categorical(logits=glob[0]).sample())
+        if pass_logit is not None and self.pass_indices is not None and g == self.pass_indices[0]:
+            g = self.pass_indices[1] if bool(th.bernoulli(th.sigmoid(pass_logit[0]))) else g
+        return ra, g
 
 
 class RowCategorical(Distribution):
@@ -199,13 +240,16 @@ class SharedRowPolicy(ActorCriticPolicy):
     def _build_mlp_extractor(self) -> None:
         n_rows, n_features = self.observation_space.shape  # type: ignore[misc]
         nvec = self.action_space.nvec  # type: ignore[attr-defined]
-        self.mlp_extractor = RowNet(n_features, n_rows, int(nvec[0]), int(nvec[-1]), self.hidden)
+        from dynamix_hvd.controllers.policy.actions import ActionConfig
+        action = ActionConfig.from_dict(self.dynamix_config.get("action", {}))
+        pass_head = (action.noop_global, action.pass_global) if action.pass_head and action.pass_global is not None else None
+        self.mlp_extractor = RowNet(n_features, n_rows, int(nvec[0]), int(nvec[-1]), self.hidden, pass_head)
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
         self.action_net = nn.Identity()   # RowNet already outputs the logits
         net = self.mlp_extractor
-        for layer in (net.head_pi[-1], net.global_pi):
+        for layer in (net.head_pi[-1], net.global_pi, *([] if net.pass_pi is None else [net.pass_pi])):
             nn.init.orthogonal_(layer.weight, gain=0.01)
             nn.init.zeros_(layer.bias)
         scales = list(self.dynamix_config.get("action", {}).get("global_scales", [1.0]))
