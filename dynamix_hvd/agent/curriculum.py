@@ -1,7 +1,7 @@
 """A curriculum over replay worlds: a growing pool of randomised worlds, each with goodput's and
 the hindsight oracle's time to target, sampled where goodput is far from the oracle.
 
-``WorldPool.sample`` draws a new world (``replay.worlds.draw_spec``) with probability ``p_new``
+``WorldPool.sample`` draws a new world (``replay.worlds.WorldDraw``) with probability ``p_new``
 (always until the pool holds ``min_size``) and runs goodput and the hindsight oracle on it (same
 seed: same world); otherwise it re-uses a pooled world with probability proportional to
 ``clip(log(T_goodput / T_hindsight), w_min, w_max)``: episodes concentrate where goodput has the
@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
-
 import numpy as np
 
-from dynamix_hvd.replay.worlds import TRACE_FAMILIES, PerturbRange, WorldSpec, build_sim, draw_spec
+from dynamix_hvd.replay.worlds import WorldDraw, WorldSpec, build_sim
 
 
 @dataclass
@@ -48,27 +46,16 @@ def reference_times(spec: WorldSpec, hindsight: bool = True) -> PoolEntry:
 
 
 class WorldPool:
-    def __init__(self, workloads: Sequence[str], traces: Sequence[str] = TRACE_FAMILIES,
-                 n_range: tuple[int, int] = (2, 64), perturb_prob: float = 0.7, seed: int = 0,
-                 p_new: float = 0.3, min_size: int = 16, w_min: float = 0.05, w_max: float = 0.7,
-                 curriculum: bool = True, gns_model: str = "run",
-                 loss_noise: tuple[float, float] | None = None, sync_model: str = "rank",
-                 ranges: PerturbRange = PerturbRange()) -> None:
-        if not workloads:
-            raise ValueError("WorldPool: no workloads to draw from")
-        self.workloads, self.traces = tuple(workloads), tuple(traces)
-        self.n_range, self.perturb_prob = n_range, perturb_prob
+    def __init__(self, draw: WorldDraw = WorldDraw(), seed: int = 0, p_new: float = 0.3, min_size: int = 16,
+                 w_min: float = 0.05, w_max: float = 0.7, curriculum: bool = True) -> None:
+        self.draw = draw
         self.rng = np.random.default_rng([seed, 4242])
         self.p_new, self.min_size = p_new, min_size
         self.w_min, self.w_max, self.curriculum = w_min, w_max, curriculum
-        self.gns_model, self.loss_noise, self.sync_model = gns_model, loss_noise, sync_model
-        self.ranges = ranges
         self.entries: list[PoolEntry] = []
 
     def new_entry(self) -> PoolEntry:
-        spec = draw_spec(self.rng, self.workloads, self.traces, self.n_range, self.perturb_prob,
-                         gns_model=self.gns_model, loss_noise=self.loss_noise, sync_model=self.sync_model,
-                         ranges=self.ranges)
+        spec = self.draw.draw(self.rng)
         e = reference_times(spec, hindsight=self.curriculum)
         self.entries.append(e)
         return e

@@ -39,7 +39,7 @@ import numpy as np
 from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
 from dynamix_hvd.decide import decide_plan
 from dynamix_hvd.replay.oracle import candidate_batches, causal_safe_step, causal_scores
-from dynamix_hvd.replay.worlds import WorldSpec, draw_spec
+from dynamix_hvd.replay.worlds import WorldSpec
 
 
 TIE = 0.01      # the no-op bonus samples are labelled with (expert_label's default)
@@ -321,9 +321,7 @@ def accuracy(policy: Any, samples: Sequence[Sample]) -> float:
 
 
 def draw_worlds(cfg: ReplayEnvConfig, rng: np.random.Generator, count: int) -> list[WorldSpec]:
-    return [draw_spec(rng, cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob, gns_model=cfg.gns_model,
-                      loss_noise=cfg.loss_noise, sync_model=cfg.sync_model, ranges=cfg.ranges)
-            for _ in range(count)]
+    return [cfg.worlds.draw(rng) for _ in range(count)]
 
 
 def save_samples(path: str | Path, samples: Sequence[Sample]) -> None:

@@ -45,9 +45,7 @@ from dynamix_hvd.controllers.ppo import PPOController
 from dynamix_hvd.decide import decide_plan
 from dynamix_hvd.plan import Plan
 from dynamix_hvd.reward import RewardWeights
-from dynamix_hvd.replay.throughput import SYNC_MODELS
-from dynamix_hvd.replay.worlds import (SHIPPED_WORKLOADS, TRACE_FAMILIES, PerturbRange, WorldSpec, build_sim,
-                                      check_loss_noise)
+from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, PerturbRange, WorldDraw, WorldSpec, build_sim
 from dynamix_hvd.safety import MoveLimits
 from dynamix_hvd.controllers.policy.refute import RefutedDepartures
 from dynamix_hvd.state import N_FEATURES, ObsConfig, pad_rows
@@ -73,18 +71,19 @@ class ReplayEnvConfig:
     loss_noise: tuple[float, float] | None = None   # the loss trend's noise drawn per world in (lo, hi)
     sync_model: str = "rank"           # the worlds' sync model (replay.throughput.SYNC_MODELS)
     ranges: PerturbRange = field(default_factory=PerturbRange)   # the perturbations' ranges (replay.worlds)
+    # the settings above that say how worlds are drawn, checked once as the draw they make (replay.worlds.WorldDraw)
+    worlds: WorldDraw = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.sync_model not in SYNC_MODELS:
-            raise ValueError(f"sync_model={self.sync_model!r}: expected one of {SYNC_MODELS}")
+        object.__setattr__(self, "worlds", WorldDraw(self.workloads, self.traces, self.n_range, self.perturb_prob,
+                                                     self.gns_model, self.loss_noise, self.sync_model, self.ranges))
+        object.__setattr__(self, "loss_noise", self.worlds.loss_noise)
         if self.obs.n_action_levels != self.action.n_levels:
             object.__setattr__(self, "obs", self.obs.with_levels(self.action.n_levels))
         if self.n_range[1] > self.n_max:
             raise ValueError(f"n_range={self.n_range} exceeds n_max={self.n_max}")
         if not (np.isfinite(self.loss_penalty) and self.loss_penalty >= 0):
             raise ValueError(f"loss_penalty={self.loss_penalty}: must be a number >= 0")
-        if self.loss_noise is not None:
-            object.__setattr__(self, "loss_noise", check_loss_noise(self.loss_noise))
 
     @property
     def n_features(self) -> int:
@@ -92,18 +91,14 @@ class ReplayEnvConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The policy's ``dynamix_config`` (what PPOController reads: obs, action, history)."""
-        return {"world": "replay", "workloads": list(self.workloads), "traces": list(self.traces),
-                "n_range": list(self.n_range), "perturb_prob": self.perturb_prob, "curriculum": self.curriculum,
+        return {"world": "replay", **self.worlds.to_config(), "curriculum": self.curriculum,
                 "obs": self.obs.to_dict(), "action": self.action.to_dict(),
                 "history": {"window": self.history} if self.history else None, "n_max": self.n_max,
                 # "reward" holds the live fine-tuning reward's weights (defaults); the training reward:
                 "reward": RewardWeights().to_dict(),
                 "replay_reward": {"kind": "progress_vs_goodput", "scale": self.reward_scale,
                                   "loss_penalty": self.loss_penalty},
-                "max_decisions_factor": self.max_decisions_factor, "gns_model": self.gns_model,
-                **({"loss_noise": list(self.loss_noise)} if self.loss_noise is not None else {}),
-                **({"sync_model": self.sync_model} if self.sync_model != "rank" else {}),
-                **({"perturb_range": self.ranges.to_dict()} if self.ranges.to_dict() else {})}
+                "max_decisions_factor": self.max_decisions_factor}
 
 
 class EnvController(PPOController):
@@ -141,10 +136,7 @@ class ReplayEnv(gym.Env):
                  pool_seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
-        self.pool = pool if pool is not None else WorldPool(cfg.workloads, cfg.traces, cfg.n_range,
-                                                            cfg.perturb_prob, pool_seed, curriculum=cfg.curriculum,
-                                                            gns_model=cfg.gns_model, loss_noise=cfg.loss_noise,
-                                                            sync_model=cfg.sync_model, ranges=cfg.ranges)
+        self.pool = pool if pool is not None else WorldPool(cfg.worlds, pool_seed, curriculum=cfg.curriculum)
         self.observation_space = gym.spaces.Box(-OBS_LIMIT, OBS_LIMIT, shape=(cfg.n_max, cfg.n_features + 1),
                                                 dtype=np.float32)
         self.action_space = gym.spaces.MultiDiscrete([cfg.action.n_levels] * cfg.n_max + [len(cfg.action.global_scales)])

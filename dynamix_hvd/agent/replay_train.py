@@ -75,9 +75,7 @@ def train_replay(cfg: ReplayEnvConfig, timesteps: int, seed: int, out: Path, n_e
     torch.set_num_threads(max(1, threads))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pool = WorldPool(cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob, seed, curriculum=cfg.curriculum,
-                     gns_model=cfg.gns_model, loss_noise=cfg.loss_noise, sync_model=cfg.sync_model,
-                     ranges=cfg.ranges)
+    pool = WorldPool(cfg.worlds, seed, curriculum=cfg.curriculum)
     venv = DummyVecEnv([make_replay_env(cfg, pool, seed=seed * 1000 + i) for i in range(n_envs)])
     dyn = cfg.to_dict()
     model = PPO(SharedRowPolicy, venv, seed=seed, verbose=0, device="cpu",

@@ -4,7 +4,7 @@ The support (``controllers.policy.support``) is the box of the observations the 
 the worlds it was trained in. ``fit_policy_support`` rolls the policy out as it was trained (support,
 refuted-departure guard and warm-up off) on ``worlds`` worlds drawn as its training drew them (its
 ``dynamix_config``: workloads, trace families, world sizes, perturbations, noise-scale model;
-``replay.worlds.draw_spec``, from a seed of its own; ``large_worlds`` more from the upper half of
+``replay.worlds.WorldDraw.from_config``, from a seed of its own; ``large_worlds`` more from the upper half of
 its world sizes) and fits the box of every observation it acted on; ``write_support`` writes a copy of
 the policy file with the box in its ``dynamix_config``. ``train-policy --method imitate`` records
 it from its DAgger aggregate directly (``imitate.train_imitation``).
@@ -18,6 +18,7 @@ import json
 import math
 import os
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +42,14 @@ def global_columns() -> tuple[int, ...]:
 
 def training_world_specs(cfg: dict[str, Any], worlds: int, large_worlds: int = 0, seed: int = 0) -> list[Any]:
     """The ``WorldSpec`` of ``worlds`` worlds drawn as a policy with ``dynamix_config`` ``cfg`` was
-    trained (``replay.worlds.draw_spec``, from a seed of their own), then ``large_worlds`` more whose N
-    is drawn from the upper half (in log) of its training range."""
-    from dynamix_hvd.replay.worlds import SHIPPED_WORKLOADS, TRACE_FAMILIES, PerturbRange, draw_spec
+    trained (``replay.worlds.WorldDraw.from_config``, from a seed of their own), then ``large_worlds`` more
+    whose N is drawn from the upper half (in log) of its training range."""
+    from dynamix_hvd.replay.worlds import WorldDraw
     rng, rng_large = np.random.default_rng([seed, 7117]), np.random.default_rng([seed, 7118])
-    lo, hi = (int(x) for x in cfg.get("n_range", (2, 64)))
-    upper = (max(lo, int(round(math.sqrt(lo * hi)))), hi)
-    return [draw_spec(r, tuple(cfg.get("workloads") or SHIPPED_WORKLOADS), tuple(cfg.get("traces") or TRACE_FAMILIES),
-                      n_range, float(cfg.get("perturb_prob", 0.7)), gns_model=str(cfg.get("gns_model", "run")),
-                      loss_noise=cfg.get("loss_noise"), sync_model=str(cfg.get("sync_model", "rank")),
-                      ranges=PerturbRange.from_dict(cfg.get("perturb_range"), "dynamix_config.perturb_range"))
-            for r, n_range in [(rng, (lo, hi))] * worlds + [(rng_large, upper)] * large_worlds]
+    draw = WorldDraw.from_config(cfg)
+    lo, hi = draw.n_range
+    large = replace(draw, n_range=(max(lo, int(round(math.sqrt(lo * hi)))), hi))
+    return [draw.draw(rng) for _ in range(worlds)] + [large.draw(rng_large) for _ in range(large_worlds)]
 
 
 def fit_policy_support(path: str | os.PathLike, worlds: int = 24, seed: int = 0,

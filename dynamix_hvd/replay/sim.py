@@ -116,7 +116,7 @@ class ReplaySim:
             raise ValueError(f"gns_model={gns_model!r}: expected one of {GNS_MODELS}")
         self.gns_model = gns_model
         # the loss trend's observation noise (absolute, per interval); a training option draws it per
-        # world (``worlds.draw_spec(loss_noise=...)``): live trends are steeper and noisier (session 45)
+        # world (``worlds.WorldDraw(loss_noise=...)``): live trends are steeper and noisier (session 45)
         if not (math.isfinite(loss_noise) and loss_noise >= 0):
             raise ValueError(f"loss_noise={loss_noise!r}: must be a number >= 0")
         self.loss_noise = float(loss_noise)

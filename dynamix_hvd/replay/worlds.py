@@ -3,7 +3,7 @@ synthetic perturbations of them, so a policy does not memorise the shipped four.
 
 A ``WorldSpec`` fixes one world (workload, world size N, speed-trace family, perturbation
 parameters, seed); ``build_sim`` turns it into a ``ReplaySim``. Perturbations (all drawn per
-world by ``draw_spec``; ``Perturbation()`` = the measured workload unchanged):
+world by ``WorldDraw.draw``; ``Perturbation()`` = the measured workload unchanged):
 
 * ``sample_scale``: every sample count to every metric level x s (rescales the sample axis);
 * ``batch_warp`` (g0, g1): each metric level's segment costs ``(B_c / B_min) ** g_k`` more samples
@@ -210,8 +210,9 @@ class PerturbRange:
         """From ``to_dict``'s form; an unknown key or a bad value raises ValueError naming ``where``."""
         if d is None:
             return cls()
-        if not isinstance(d, dict) or set(d) - {f.name for f in fields(cls)}:
-            raise ValueError(f"{where}: expected a table with keys among warp_min, gns_sigma_max, got {d!r}")
+        keys = [f.name for f in fields(cls)]
+        if not isinstance(d, dict) or set(d) - set(keys):
+            raise ValueError(f"{where}: expected a table with keys among {', '.join(keys)}, got {d!r}")
         try:
             return cls(**d)
         except ValueError as e:
@@ -237,26 +238,87 @@ def draw_perturbation(rng: np.random.Generator, strength: float = 1.0,
     )
 
 
-def draw_spec(rng: np.random.Generator, workloads: Sequence[str], traces: Sequence[str] = TRACE_FAMILIES,
-              n_range: tuple[int, int] = (2, 64), perturb_prob: float = 0.7, seed_base: int = 1_000_000,
-              gns_model: str = "run", loss_noise: tuple[float, float] | None = None,
-              sync_model: str = "rank", ranges: PerturbRange = PerturbRange()) -> WorldSpec:
-    """One training world: workload and trace uniform, N log-uniform in ``n_range``, a perturbation
-    with probability ``perturb_prob``; seeds from ``seed_base`` up (evaluation uses seeds below it).
-    ``loss_noise`` (lo, hi): the loss trend's observation noise log-uniform in it (drawn last, so
-    without it the draws are those of earlier sessions); None: ``sim.LOSS_NOISE``. ``ranges``: the
-    perturbation's ranges (``PerturbRange``)."""
-    wl = str(workloads[int(rng.integers(len(workloads)))])
-    tr = str(traces[int(rng.integers(len(traces)))])
-    lo, hi = n_range
-    n = int(np.clip(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.49)))), lo, hi))
-    pert = draw_perturbation(rng, ranges=ranges) if rng.random() < perturb_prob else Perturbation()
-    seed = int(seed_base + rng.integers(1 << 30))
-    noise = LOSS_NOISE
-    if loss_noise is not None:
-        lo_n, hi_n = check_loss_noise(loss_noise)
-        noise = float(math.exp(rng.uniform(math.log(lo_n), math.log(hi_n))))
-    return WorldSpec(wl, n, tr, seed, pert, gns_model, noise, sync_model)
+@dataclass(frozen=True)
+class WorldDraw:
+    """How training worlds are drawn (``draw``): workload and trace uniform, N log-uniform in ``n_range``, a
+    perturbation from ``ranges`` with probability ``perturb_prob``, the noise-scale model, the loss trend's
+    observation noise (``loss_noise`` (lo, hi): log-uniform in it, drawn last, so without it the draws are
+    those of earlier sessions; None: ``sim.LOSS_NOISE``) and the sync model. One object for the training
+    env's pool, imitation's worlds and the support's roll-outs, recorded in a policy's ``dynamix_config``
+    (``to_config``) and read back from it (``from_config``), so a setting added here reaches all of them."""
+    workloads: tuple[str, ...] = SHIPPED_WORKLOADS
+    traces: tuple[str, ...] = TRACE_FAMILIES
+    n_range: tuple[int, int] = (2, 64)
+    perturb_prob: float = 0.7
+    gns_model: str = "run"
+    loss_noise: tuple[float, float] | None = None
+    sync_model: str = "rank"
+    ranges: PerturbRange = field(default_factory=PerturbRange)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "workloads", tuple(self.workloads))
+        object.__setattr__(self, "traces", tuple(self.traces))
+        if not self.workloads or not all(isinstance(w, str) and w for w in self.workloads):
+            raise ValueError(f"workloads={self.workloads!r}: expected one or more names")
+        if not self.traces or not all(isinstance(t, str) and t for t in self.traces):
+            raise ValueError(f"traces={self.traces!r}: expected one or more trace families")
+        try:
+            lo, hi = (int(x) for x in self.n_range)
+        except (TypeError, ValueError):
+            raise ValueError(f"n_range={self.n_range!r}: expected (lo, hi)") from None
+        if not 1 <= lo <= hi:
+            raise ValueError(f"n_range={self.n_range!r}: expected 1 <= lo <= hi")
+        object.__setattr__(self, "n_range", (lo, hi))
+        if not 0.0 <= float(self.perturb_prob) <= 1.0:
+            raise ValueError(f"perturb_prob={self.perturb_prob!r}: expected a probability in [0, 1]")
+        object.__setattr__(self, "perturb_prob", float(self.perturb_prob))
+        if self.gns_model not in GNS_MODELS:
+            raise ValueError(f"gns_model={self.gns_model!r}: expected one of {GNS_MODELS}")
+        if self.sync_model not in SYNC_MODELS:
+            raise ValueError(f"sync_model={self.sync_model!r}: expected one of {SYNC_MODELS}")
+        if self.loss_noise is not None:
+            object.__setattr__(self, "loss_noise", check_loss_noise(self.loss_noise))
+        if not isinstance(self.ranges, PerturbRange):
+            raise ValueError(f"ranges={self.ranges!r}: expected a PerturbRange")
+
+    def draw(self, rng: np.random.Generator, seed_base: int = 1_000_000) -> WorldSpec:
+        """One world; its seed from ``seed_base`` up (evaluation uses seeds below it)."""
+        wl = str(self.workloads[int(rng.integers(len(self.workloads)))])
+        tr = str(self.traces[int(rng.integers(len(self.traces)))])
+        lo, hi = self.n_range
+        n = int(np.clip(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.49)))), lo, hi))
+        pert = draw_perturbation(rng, ranges=self.ranges) if rng.random() < self.perturb_prob else Perturbation()
+        seed = int(seed_base + rng.integers(1 << 30))
+        noise = LOSS_NOISE
+        if self.loss_noise is not None:
+            lo_n, hi_n = self.loss_noise
+            noise = float(math.exp(rng.uniform(math.log(lo_n), math.log(hi_n))))
+        return WorldSpec(wl, n, tr, seed, pert, self.gns_model, noise, self.sync_model)
+
+    def to_config(self) -> dict[str, Any]:
+        """The ``dynamix_config`` entries (the optional settings only when not their default, so the files of
+        policies trained without them are as they were)."""
+        return {"workloads": list(self.workloads), "traces": list(self.traces), "n_range": list(self.n_range),
+                "perturb_prob": self.perturb_prob, "gns_model": self.gns_model,
+                **({"loss_noise": list(self.loss_noise)} if self.loss_noise is not None else {}),
+                **({"sync_model": self.sync_model} if self.sync_model != "rank" else {}),
+                **({"perturb_range": self.ranges.to_dict()} if self.ranges.to_dict() else {})}
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any], where: str = "dynamix_config") -> "WorldDraw":
+        """The draw a policy with ``dynamix_config`` ``cfg`` was trained with (``to_config``'s entries; a missing
+        one is its default, as in files written before it existed); a bad value raises ValueError naming
+        ``where`` and the key."""
+        default = cls()
+        try:
+            return cls(tuple(cfg.get("workloads") or default.workloads), tuple(cfg.get("traces") or default.traces),
+                       tuple(cfg.get("n_range", default.n_range)), cfg.get("perturb_prob", default.perturb_prob),
+                       str(cfg.get("gns_model", default.gns_model)), cfg.get("loss_noise"),
+                       str(cfg.get("sync_model", default.sync_model)),
+                       PerturbRange.from_dict(cfg.get("perturb_range"), f"{where}.perturb_range"))
+        except (TypeError, ValueError) as e:
+            msg = str(e)
+            raise ValueError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
 def parse_loss_noise(text: str | None) -> tuple[float, float] | None:

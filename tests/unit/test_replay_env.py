@@ -13,8 +13,8 @@ from dynamix_hvd.controllers.policy.history import N_HISTORY, WorkerHistory
 from dynamix_hvd.agent.replay_env import ReplayEnv, ReplayEnvConfig
 from dynamix_hvd.agent.replay_eval import summarise
 from dynamix_hvd.replay.paired import geomean_interval, ratio_interval
-from dynamix_hvd.replay.worlds import (Perturbation, WorldSpec, build_sim, draw_spec, perturb_progress,
-                                       synthetic_trace, with_cap, _workload, _throughput)
+from dynamix_hvd.replay.worlds import (Perturbation, WorldDraw, WorldSpec, _throughput, _workload, build_sim,
+                                      perturb_progress, synthetic_trace, with_cap)
 from dynamix_hvd.state import N_FEATURES
 
 SMALL = ReplayEnvConfig(workloads=("cifar10",), traces=("none", "synthetic"), n_range=(2, 4), n_max=8)
@@ -67,7 +67,7 @@ def test_deterministic_per_seed_and_return_is_time_vs_goodput():
     # undiscounted return = scale x (1 - T / T_goodput) when the target is reached
     assert sum(a[1]) == pytest.approx(SMALL.reward_scale * (1.0 - info["time_s"] / 400.0), rel=1e-6, abs=1e-6)
     # the same pool seed draws the same worlds
-    p1, p2 = WorldPool(("cifar10", "bert"), seed=5, min_size=1), WorldPool(("cifar10", "bert"), seed=5, min_size=1)
+    p1, p2 = WorldPool(WorldDraw(("cifar10", "bert")), seed=5, min_size=1), WorldPool(WorldDraw(("cifar10", "bert")), seed=5, min_size=1)
     assert p1.new_entry().spec == p2.new_entry().spec
 
 
@@ -164,7 +164,7 @@ def test_worlds_perturbations():
     assert tr.series.shape[1] == 6 and (tr.series > 0).all()
     rng = np.random.default_rng(1)
     for _ in range(10):   # every drawn world builds and runs an interval
-        spec = draw_spec(rng, ("bert", "cifar10", "deepspeech2", "ncf"), n_range=(2, 16))
+        spec = WorldDraw(("bert", "cifar10", "deepspeech2", "ncf"), n_range=(2, 16)).draw(rng)
         sim = build_sim(spec)
         sim.reset(spec.seed)
         sim.step(np.full(spec.n, sim.base_batch))
@@ -177,7 +177,7 @@ def test_training_worlds_carry_the_noise_scale_model():
     from dynamix_hvd.agent.imitate import draw_worlds
     cfg = ReplayEnvConfig(n_range=(2, 8), n_max=8, gns_model="continuous")
     specs = draw_worlds(cfg, np.random.default_rng(0), 4)
-    specs.append(WorldPool(("ncf",), n_range=(2, 4), gns_model="continuous").new_entry().spec)
+    specs.append(WorldPool(WorldDraw(("ncf",), n_range=(2, 4), gns_model="continuous")).new_entry().spec)
     for spec in specs:
         assert spec.gns_model == "continuous" and build_sim(spec).gns_model == "continuous"
         assert spec.key() != WorldSpec(spec.workload, spec.n, spec.trace, spec.seed, spec.pert).key()
@@ -190,7 +190,7 @@ def test_training_worlds_carry_the_noise_scale_model():
     args = parser.parse_args(["--world", "replay", "--workers", "2,8", "--gns-model", "continuous"])
     assert config_from_args(args).gns_model == "continuous"
     assert config_from_args(parser.parse_args(["--world", "replay", "--workers", "2,8"])).gns_model == "run"
-    assert build_sim(draw_spec(np.random.default_rng(0), ("ncf",), n_range=(2, 4))).gns_model == "run"
+    assert build_sim(WorldDraw(("ncf",), n_range=(2, 4)).draw(np.random.default_rng(0))).gns_model == "run"
     with pytest.raises(ValueError, match="gns_model='smooth'"):
         WorldSpec("ncf", 4, "none", 0, gns_model="smooth")
 
@@ -207,7 +207,7 @@ def test_training_worlds_can_draw_the_loss_trends_noise():
     cfg = ReplayEnvConfig(n_range=(2, 8), n_max=8, loss_noise=(0.01, 0.05))
     plain = draw_worlds(ReplayEnvConfig(n_range=(2, 8), n_max=8), np.random.default_rng(3), 6)
     noisy = draw_worlds(cfg, np.random.default_rng(3), 6)
-    noisy.append(WorldPool(("ncf",), n_range=(2, 4), loss_noise=(0.01, 0.05)).new_entry().spec)
+    noisy.append(WorldPool(WorldDraw(("ncf",), n_range=(2, 4), loss_noise=(0.01, 0.05))).new_entry().spec)
     assert all(p.loss_noise == LOSS_NOISE for p in plain)
     # the first world is the same but for its noise; the extra draw moves the next ones (the draws without
     # the option are those of earlier sessions: the shipped default's support is re-recorded byte for byte

@@ -11,7 +11,7 @@ import pytest
 from dynamix_hvd.agent.imitate import draw_worlds
 from dynamix_hvd.agent.replay_env import ReplayEnvConfig
 from dynamix_hvd.agent.support_fit import training_world_specs
-from dynamix_hvd.replay.worlds import Perturbation, PerturbRange, WorldSpec, build_sim, draw_perturbation, draw_spec
+from dynamix_hvd.replay.worlds import Perturbation, PerturbRange, WorldDraw, WorldSpec, build_sim, draw_perturbation
 
 WARP_MIN = PerturbRange().warp_min
 
@@ -38,8 +38,8 @@ def test_the_default_range_draws_the_earlier_recipes_worlds():
     rng1, rng2 = np.random.default_rng(11), np.random.default_rng(11)
     assert [draw_perturbation(rng1) for _ in range(50)] == [_earlier_draw(rng2) for _ in range(50)]
     rng1, rng2 = np.random.default_rng(12), np.random.default_rng(12)
-    assert [draw_spec(rng1, ("bert", "cifar10")) for _ in range(30)] == \
-        [draw_spec(rng2, ("bert", "cifar10"), ranges=PerturbRange()) for _ in range(30)]
+    assert [WorldDraw(("bert", "cifar10")).draw(rng1) for _ in range(30)] == \
+        [WorldDraw(("bert", "cifar10"), ranges=PerturbRange()).draw(rng2) for _ in range(30)]
     w = _warps(WARP_MIN)
     assert w.min() >= WARP_MIN and w.max() < 0.25
 
@@ -108,3 +108,25 @@ def test_train_policy_takes_the_ranges_and_refuses_a_bad_one_naming_the_option(c
     with pytest.raises(SystemExit):
         parser.parse_args(base + ["--gns-sigma-max", "0.2"])
     assert "--gns-sigma-max" in capsys.readouterr().err
+
+
+def test_the_world_draw_is_recorded_and_read_back_in_one_place():
+    """``WorldDraw``: the settings that say how training worlds are drawn travel as one object: the env config
+    builds it, the policy's ``dynamix_config`` records it (``to_config``) and the support's roll-outs read it back
+    (``from_config``) as the same draw; a file written before a setting existed reads as its default, and a bad
+    value is refused naming the key."""
+    cfg = ReplayEnvConfig(workloads=("bert", "ncf"), traces=("none",), n_range=(2, 8), n_max=8, perturb_prob=0.5,
+                          gns_model="continuous", loss_noise=(0.01, 0.05), sync_model="collective",
+                          ranges=PerturbRange(-0.5, 10.0))
+    assert WorldDraw.from_config(cfg.to_dict()) == cfg.worlds
+    assert WorldDraw.from_config(ReplayEnvConfig().to_dict()) == WorldDraw() == ReplayEnvConfig().worlds
+    assert WorldDraw.from_config({}) == WorldDraw()          # a file from before any of them
+    rng1, rng2 = np.random.default_rng(4), np.random.default_rng(4)
+    assert draw_worlds(cfg, rng1, 5) == [WorldDraw.from_config(cfg.to_dict()).draw(rng2) for _ in range(5)]
+    for key, bad, names in (("sync_model", "ring", "sync_model='ring'"), ("n_range", [8, 2], "n_range"),
+                            ("perturb_prob", 1.5, "perturb_prob=1.5"), ("loss_noise", [0.05, 0.01], "loss_noise"),
+                            ("gns_model", "smooth", "gns_model='smooth'")):
+        with pytest.raises(ValueError, match=f"dynamix_config: {names}"):
+            WorldDraw.from_config({key: bad})
+    with pytest.raises(ValueError, match="sync_model='ring'"):
+        ReplayEnvConfig(sync_model="ring")

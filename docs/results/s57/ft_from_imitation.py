@@ -39,8 +39,7 @@ mine = cfg.to_dict()
 for k in ("obs", "action", "history"):
     if json.dumps(dyn.get(k), sort_keys=True) != json.dumps(mine.get(k), sort_keys=True):
         sys.exit(f"{a.init}: its {k} {dyn.get(k)!r} is not the recipe's {mine.get(k)!r}")
-pool = WorldPool(cfg.workloads, cfg.traces, cfg.n_range, cfg.perturb_prob, a.seed + 500, curriculum=cfg.curriculum,
-                 gns_model=cfg.gns_model, loss_noise=cfg.loss_noise)
+pool = WorldPool(cfg.worlds, a.seed + 500, curriculum=cfg.curriculum)
 venv = DummyVecEnv([make_replay_env(cfg, pool, seed=(a.seed + 500) * 1000 + i) for i in range(a.n_envs)])
 hp = dict(REPLAY_PPO, learning_rate=a.lr, ent_coef=a.ent, clip_range=a.clip)
 kw = {k: v for k, v in pf.policy_kwargs.items()}
