@@ -314,9 +314,10 @@ def fit(policy: Any, samples: Sequence[Sample], k: int, epochs: int = 20, batch:
 
 
 def accuracy(policy: Any, samples: Sequence[Sample]) -> float:
-    """Share of samples whose deterministic global action is the label."""
+    """Share of samples whose deterministic global choice is the label: the global head's, before a pass head
+    turns its no-op into the pass (where the hold does not bind the two are one batch, and the label the no-op)."""
     net = policy.mlp_extractor
-    hit = sum(int(net.act_rows(s.obs[:, 1:])[1] == s.label) for s in samples)
+    hit = sum(int(np.argmax(net.actor_logits_numpy(s.obs[:, 1:])[1]) == s.label) for s in samples)
     return hit / max(1, len(samples))
 
 
