@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # session 80: the default's recipe (session 73's memory-use recipe), seed 0, on all four and without ncf, each saving
 # its final DAgger aggregate (--save-samples) for a pass head fitted on top (docs/results/s80/frozen_pass.py), and
-# each with its box. Usage: bash docs/results/s80/train_base.sh
+# each with its box. Usage: bash docs/results/s80/train_base.sh [name:"--workloads A,B,C" ...]
 set -e
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 export PYTHONPATH=$PWD
@@ -13,6 +13,11 @@ one() {  # name extra-args...
   D policy-support runs/s80/$N.zip --worlds 24 --large-worlds 24 --box-only --out runs/s80/${N}_box.zip >> runs/s80/$N.log 2>&1
   echo "$N done $(date -u +%T)" >> runs/s80/queue.log
 }
-one mu_s0 &
-one loo_ncf_mu_s0 --workloads bert,cifar10,deepspeech2 &
-wait
+if [ $# -eq 0 ]; then
+  one mu_s0 &
+  one loo_ncf_mu_s0 --workloads bert,cifar10,deepspeech2 &
+  wait
+else   # e.g. loo_bert_mu_s0:"--workloads cifar10,deepspeech2,ncf"
+  for spec in "$@"; do one "${spec%%:*}" ${spec#*:} & done
+  wait
+fi
