@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import sys
 
+import numpy as np
 import torch
 
 from dynamix_hvd.agent.imitate import Trainer, accuracy, fit, load_samples, pass_targets, world_weights
@@ -43,7 +44,6 @@ losses = fit(tr.policy, samples, cfg.action.k, epochs=20, seed=0, weights=world_
 after = tr.policy.state_dict()
 assert all(torch.equal(before[k], after[k]) for k in before), "a frozen weight moved"
 net = tr.policy.mlp_extractor
-import numpy as np
 y = np.concatenate([pass_targets(s.regret[None], *net.pass_indices) for s in samples])
 print(f"{len(samples)} samples, pass targets 1 at {int(y.sum())}; loss {losses[0]:.4f} -> {losses[-1]:.4f}; "
       f"the global head's accuracy {accuracy(tr.policy, samples):.3f} (the base's weights)")
